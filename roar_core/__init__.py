@@ -1,0 +1,3 @@
+"""roar: observed lineage for workflow engines."""
+
+__version__ = "0.1.0"

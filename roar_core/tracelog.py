@@ -1,0 +1,252 @@
+"""Reader for the preload tracer's per-process logs (format: tracer-bins/preload/roar_log.h).
+
+A log can be read while its process is still writing it (`final=False`: stop at the
+first record not yet committed and resume there later) or after the process is gone
+(`final=True`: skip torn records left by a kill and count them as dropped).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MAGIC = b"ROARLOG\0"
+VERSION = 1
+HEADER_SIZE = 4096
+CHUNK = 256 * 1024
+RECORD_FIXED = 112
+STATE_RESERVED = 0x5253
+STATE_COMMITTED = 0x4D43
+
+ORIGIN_EXEC = 1
+ORIGIN_FORK = 2
+
+OP_NAMES = {
+    0: "pad", 1: "open", 2: "close", 3: "rename", 4: "link", 5: "symlink", 6: "unlink",
+    7: "truncate", 8: "mkdir", 9: "rmdir", 10: "exec", 11: "exec_fail", 12: "spawn",
+    13: "fork", 14: "chdir", 15: "task_begin", 16: "task_end", 17: "start", 18: "exit",
+    19: "dup",
+}
+OP = {name: code for code, name in OP_NAMES.items()}
+
+RF_STAT = 0x1
+RF_EXISTED = 0x2
+RF_MODIFIED = 0x4
+RF_UNTRACEABLE = 0x8
+RF_SETUID = 0x10
+RF_PATH_TRUNC = 0x20
+RF_ARGV_TRUNC = 0x40
+RF_TAG_INHERITED = 0x80
+RF_FOPEN = 0x100
+RF_DIRFD_UNKNOWN = 0x200
+
+_HEADER = struct.Struct("<8sIIIIIIQQQQII")
+_RECORD = struct.Struct("<IHHIIIiqIIiIQQQQQqqHHHH")
+assert _RECORD.size == RECORD_FIXED
+
+
+class TraceLogError(ValueError):
+    """A file that is not a readable roar trace log; the message is one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogHeader:
+    version: int
+    origin: int
+    pid: int
+    ppid: int
+    start_mono_ns: int
+    start_wall_ns: int
+    reserved: int
+    dropped: int
+    flags: int
+
+
+@dataclass(slots=True)
+class Record:
+    op: int
+    pid: int
+    ppid: int
+    tid: int
+    result: int
+    err: int
+    flags: int
+    mode: int
+    fd: int
+    rflags: int
+    mono_ns: int
+    wall_ns: int
+    st_dev: int
+    st_ino: int
+    st_size: int
+    st_mtime_ns: int
+    st_ctime_ns: int
+    tag: str | None
+    path: bytes
+    path2: bytes
+
+    @property
+    def op_name(self) -> str:
+        return OP_NAMES.get(self.op, f"op{self.op}")
+
+    @property
+    def argv(self) -> list[bytes]:
+        """argv of exec/spawn/start records (path2 holds it NUL-separated)."""
+        return self.path2.split(b"\0") if self.path2 else []
+
+    @property
+    def ok(self) -> bool:
+        return self.err == 0 and self.result >= 0
+
+    def has(self, rflag: int) -> bool:
+        return bool(self.rflags & rflag)
+
+
+@dataclass
+class TraceLog:
+    path: Path
+    header: LogHeader
+    records: list[Record] = field(default_factory=list)
+    torn: int = 0  # records the reader found half-written (process killed mid-record)
+    next_offset: int = 0  # where an incremental read resumes
+
+    @property
+    def dropped(self) -> int:
+        """Events lost: counted by the shim, plus torn records."""
+        return self.header.dropped + self.torn
+
+
+def _header(buf: bytes | mmap.mmap, path: Path) -> LogHeader:
+    if len(buf) < _HEADER.size:
+        raise TraceLogError(f"{path}: not a roar trace log (file too short: {len(buf)} bytes)")
+    (magic, version, header_size, chunk, origin, pid, ppid, mono, wall, reserved, dropped,
+     flags, _pad) = _HEADER.unpack_from(buf, 0)
+    if magic != MAGIC:
+        raise TraceLogError(f"{path}: not a roar trace log (bad magic {magic[:8]!r})")
+    if version != VERSION:
+        raise TraceLogError(f"{path}: trace log version {version}, this roar reads {VERSION}")
+    if header_size != HEADER_SIZE or chunk != CHUNK:
+        raise TraceLogError(f"{path}: corrupt trace log header (sizes {header_size}/{chunk})")
+    return LogHeader(version, origin, pid, ppid, mono, wall, reserved, dropped, flags)
+
+
+def _decode_tag(raw: bytes) -> str | None:
+    return raw.decode("utf-8", "surrogateescape") if raw else None
+
+
+def _records(buf, end: int, start: int, final: bool) -> Iterator[tuple[int, Record | None]]:
+    """Yield (offset after, record or None for a torn/skipped one) from data offset start."""
+    off = start
+    unpack = _RECORD.unpack_from
+    base = HEADER_SIZE
+    while off + 8 <= end:
+        size, op, state = struct.unpack_from("<IHH", buf, base + off)
+        if size == 0:
+            if not final:
+                return  # a writer has reserved this space and not yet written it
+            # The writer died right after reserving: find the next record.
+            nxt = off + 8
+            while nxt + 8 <= end and buf[base + nxt: base + nxt + 8] == b"\0" * 8:
+                nxt += 8
+            off = nxt
+            yield off, None
+            continue
+        if size % 8 or size < 8 or (off % CHUNK) + size > CHUNK or off + size > end:
+            if final:
+                yield end, None  # garbage where a record should be: stop, count one drop
+            return
+        if state != STATE_COMMITTED:
+            if not final:
+                return
+            off += size
+            yield off, None
+            continue
+        if op == 0:  # pad to a chunk boundary
+            off += size
+            continue
+        if size < RECORD_FIXED:
+            off += size
+            yield off, None
+            continue
+        f = unpack(buf, base + off)
+        tag_len, path_len, path2_len = f[19], f[20], f[21]
+        p = base + off + RECORD_FIXED
+        tag = bytes(buf[p: p + tag_len])
+        p += tag_len + 1
+        path = bytes(buf[p: p + path_len])
+        p += path_len + 1
+        path2 = bytes(buf[p: p + path2_len])
+        off += size
+        yield off, Record(
+            op, f[3], f[4], f[5], f[7], f[6], f[8], f[9], f[10], f[11], f[12], f[13],
+            f[14], f[15], f[16], f[17], f[18], _decode_tag(tag), path, path2,
+        )
+
+
+def read_log(path: str | os.PathLike, start: int = 0, final: bool = True) -> TraceLog:
+    """Read one log.  With final=False, reading stops before the first record that is
+    not committed yet, and `next_offset` says where to resume."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < HEADER_SIZE:
+                raise TraceLogError(
+                    f"{path}: not a roar trace log (file too short: {size} bytes)"
+                )
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+                header = _header(buf, path)
+                # The file may have been cut (copied, disk full): never read past it.
+                end = min(header.reserved, size - HEADER_SIZE)
+                log = TraceLog(path, header, next_offset=start)
+                for off, rec in _records(buf, end, start, final):
+                    log.next_offset = off
+                    if rec is None:
+                        log.torn += 1
+                    else:
+                        log.records.append(rec)
+                if final and header.reserved > size - HEADER_SIZE:
+                    log.torn += 1  # the file was cut short inside the reserved space
+                return log
+    except OSError as e:
+        raise TraceLogError(f"{path}: cannot read trace log ({e.strerror or e})") from None
+
+
+def log_files(session_dir: str | os.PathLike) -> list[Path]:
+    """The logs of a session, in creation order (pid then monotonic start)."""
+    d = Path(session_dir)
+    files = [p for p in d.glob("roar-*.log") if p.is_file()]
+
+    def key(p: Path) -> tuple[int, int]:
+        parts = p.stem.split("-")
+        try:
+            return int(parts[2]), int(parts[1])
+        except (IndexError, ValueError):
+            return (0, 0)
+
+    return sorted(files, key=key)
+
+
+@dataclass
+class SessionTrace:
+    logs: list[TraceLog]
+    errors: list[str]  # one line per unreadable log
+
+    @property
+    def dropped(self) -> int:
+        return sum(log.dropped for log in self.logs) + len(self.errors)
+
+
+def read_session(session_dir: str | os.PathLike) -> SessionTrace:
+    """Read every log of a finished session; unreadable ones are reported, not fatal."""
+    logs, errors = [], []
+    for p in log_files(session_dir):
+        try:
+            logs.append(read_log(p, final=True))
+        except TraceLogError as e:
+            errors.append(str(e))
+    return SessionTrace(logs, errors)

@@ -1,0 +1,137 @@
+"""Tracer control: where the preload shim is, whether it works here, how to attach it
+to a child process, and the task-tag API of a shim already loaded in this process."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from roar_core import tracelog
+
+LIB_NAME = "libroar_preload.so"
+ENV_SESSION = "ROAR_SESSION_DIR"
+ENV_TAG = "ROAR_TASK_TAG"
+ENV_DISABLE = "ROAR_DISABLE"
+
+
+def library_path() -> Path:
+    """The shim built with this package (`ROAR_PRELOAD_LIB` overrides, for development)."""
+    override = os.environ.get("ROAR_PRELOAD_LIB")
+    if override:
+        return Path(override)
+    return Path(__file__).resolve().parent / "_bin" / LIB_NAME
+
+
+@dataclass(frozen=True)
+class TracerStatus:
+    path: Path
+    usable: bool
+    reason: str  # why not, or a short description of what was checked
+
+
+@functools.lru_cache(maxsize=1)
+def status() -> TracerStatus:
+    """Check, once per process, that the shim loads and writes a log here."""
+    lib = library_path()
+    if not lib.is_file():
+        return TracerStatus(lib, False, f"{lib} is missing (reinstall roar-core to build it)")
+    with tempfile.TemporaryDirectory(prefix="roar-probe-") as d:
+        env = preload_env(d, base=os.environ)
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-c", "open('/dev/null').close()"],
+                env=env, capture_output=True, timeout=30,
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return TracerStatus(lib, False, f"probe failed to run: {e}")
+        if b"cannot be preloaded" in proc.stderr or b"ERROR: ld.so" in proc.stderr:
+            line = proc.stderr.decode(errors="replace").strip().splitlines()[0]
+            return TracerStatus(lib, False, f"the loader refused the shim: {line}")
+        trace = tracelog.read_session(d)
+        if not trace.logs:
+            return TracerStatus(lib, False, "the shim loaded but wrote no trace log")
+        seen = any(r.path == b"/dev/null" for log in trace.logs for r in log.records)
+        if not seen:
+            return TracerStatus(lib, False, "the shim did not record the probe's open()")
+    return TracerStatus(lib, True, f"{lib} records file events")
+
+
+def preload_env(
+    session_dir: str | os.PathLike,
+    tag: str | None = None,
+    base: dict[str, str] | os._Environ | None = None,
+) -> dict[str, str]:
+    """Environment for a traced child: our shim first in LD_PRELOAD, the session dir,
+    and the task tag the child starts in."""
+    env = dict(os.environ if base is None else base)
+    lib = str(library_path())
+    existing = [p for p in env.get("LD_PRELOAD", "").replace(":", " ").split() if p != lib]
+    env["LD_PRELOAD"] = " ".join([lib, *existing])
+    env[ENV_SESSION] = str(session_dir)
+    if tag:
+        env[ENV_TAG] = tag
+    else:
+        env.pop(ENV_TAG, None)
+    return env
+
+
+class Shim:
+    """The task-tag API of the shim preloaded into this process (ctypes, no new load)."""
+
+    def __init__(self, lib: ctypes.CDLL):
+        self._lib = lib
+        lib.roar_task_begin.argtypes = [ctypes.c_char_p]
+        lib.roar_task_begin.restype = ctypes.c_int
+        lib.roar_task_end.argtypes = []
+        lib.roar_task_end.restype = ctypes.c_int
+        lib.roar_process_tag.argtypes = [ctypes.c_char_p]
+        lib.roar_process_tag.restype = ctypes.c_int
+        lib.roar_flush.restype = ctypes.c_int
+        lib.roar_dropped.restype = ctypes.c_uint64
+        lib.roar_version.restype = ctypes.c_int
+        lib.roar_active.restype = ctypes.c_int
+        lib.roar_log_path.restype = ctypes.c_char_p
+
+    def begin(self, tag: str) -> None:
+        if self._lib.roar_task_begin(tag.encode("utf-8", "surrogateescape")) != 0:
+            raise ValueError(f"task tag rejected (empty or longer than 255 bytes): {tag!r}")
+
+    def end(self) -> None:
+        self._lib.roar_task_end()
+
+    def process_tag(self, tag: str | None) -> None:
+        self._lib.roar_process_tag(tag.encode("utf-8", "surrogateescape") if tag else None)
+
+    def flush(self) -> bool:
+        return self._lib.roar_flush() == 0
+
+    def dropped(self) -> int:
+        return int(self._lib.roar_dropped())
+
+    def version(self) -> int:
+        return int(self._lib.roar_version())
+
+    def active(self) -> bool:
+        return bool(self._lib.roar_active())
+
+    def log_path(self) -> Path | None:
+        p = self._lib.roar_log_path()
+        return Path(os.fsdecode(p)) if p else None
+
+
+@functools.lru_cache(maxsize=1)
+def loaded() -> Shim | None:
+    """The shim if it was preloaded into this process, else None.  Never loads it:
+    a late dlopen would not interpose anything."""
+    try:
+        lib = ctypes.CDLL(str(library_path()), mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+    except OSError:
+        return None
+    shim = Shim(lib)
+    return shim if shim.version() == tracelog.VERSION else None

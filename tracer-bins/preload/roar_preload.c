@@ -1,0 +1,1579 @@
+/*
+ * roar preload tracer: an LD_PRELOAD shim that records namespace operations (open,
+ * close of writable fds, rename, link, unlink, mkdir, exec, spawn, fork, chdir, dup)
+ * with the task tag active on the calling thread, into a per-process log whose
+ * format is described in roar_log.h.
+ *
+ * Every hook follows one template: resolve the real function (cached dlsym), call it,
+ * then record only what happened, saving and restoring errno around the record.
+ * read/write/mmap are never interposed: that is what keeps per-I/O cost at zero.
+ * Whether a writable fd modified its file is decided at close from fstat.
+ *
+ * Hot-path rules: no malloc, no lock shared between threads (space is reserved with a
+ * CAS on the mapped header), async-signal-safe calls only, errno preserved.  Growing
+ * the log (once per 256 KiB) takes a spin lock that no signal handler can wait on
+ * (a re-entrancy flag makes a nested hook pass through and count a drop).
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "roar_log.h"
+
+#define EXPORT __attribute__((visibility("default")))
+#define TLS __thread __attribute__((tls_model("initial-exec")))
+#define LIKELY(x) __builtin_expect(!!(x), 1)
+#define UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+extern char **environ;
+
+/* ------------------------------------------------------------------ real calls */
+
+#define REAL_DECL(ret, name, args) \
+    typedef ret(*name##_fn) args;  \
+    static name##_fn real_##name;
+
+REAL_DECL(int, open, (const char *, int, ...))
+REAL_DECL(int, open64, (const char *, int, ...))
+REAL_DECL(int, openat, (int, const char *, int, ...))
+REAL_DECL(int, openat64, (int, const char *, int, ...))
+REAL_DECL(int, __open_2, (const char *, int))
+REAL_DECL(int, __open64_2, (const char *, int))
+REAL_DECL(int, __openat_2, (int, const char *, int))
+REAL_DECL(int, __openat64_2, (int, const char *, int))
+REAL_DECL(int, creat, (const char *, mode_t))
+REAL_DECL(int, creat64, (const char *, mode_t))
+REAL_DECL(FILE *, fopen, (const char *, const char *))
+REAL_DECL(FILE *, fopen64, (const char *, const char *))
+REAL_DECL(FILE *, freopen, (const char *, const char *, FILE *))
+REAL_DECL(FILE *, freopen64, (const char *, const char *, FILE *))
+REAL_DECL(int, close, (int))
+REAL_DECL(int, fclose, (FILE *))
+REAL_DECL(int, rename, (const char *, const char *))
+REAL_DECL(int, renameat, (int, const char *, int, const char *))
+REAL_DECL(int, renameat2, (int, const char *, int, const char *, unsigned int))
+REAL_DECL(int, link, (const char *, const char *))
+REAL_DECL(int, linkat, (int, const char *, int, const char *, int))
+REAL_DECL(int, symlink, (const char *, const char *))
+REAL_DECL(int, symlinkat, (const char *, int, const char *))
+REAL_DECL(int, unlink, (const char *))
+REAL_DECL(int, unlinkat, (int, const char *, int))
+REAL_DECL(int, remove, (const char *))
+REAL_DECL(int, truncate, (const char *, off_t))
+REAL_DECL(int, truncate64, (const char *, off64_t))
+REAL_DECL(int, mkdir, (const char *, mode_t))
+REAL_DECL(int, mkdirat, (int, const char *, mode_t))
+REAL_DECL(int, rmdir, (const char *))
+REAL_DECL(int, execve, (const char *, char *const[], char *const[]))
+REAL_DECL(int, execvpe, (const char *, char *const[], char *const[]))
+REAL_DECL(int, posix_spawn, (pid_t *, const char *, const posix_spawn_file_actions_t *,
+                             const posix_spawnattr_t *, char *const[], char *const[]))
+REAL_DECL(int, posix_spawnp, (pid_t *, const char *, const posix_spawn_file_actions_t *,
+                              const posix_spawnattr_t *, char *const[], char *const[]))
+REAL_DECL(pid_t, fork, (void))
+REAL_DECL(int, chdir, (const char *))
+REAL_DECL(int, fchdir, (int))
+REAL_DECL(int, dup, (int))
+REAL_DECL(int, dup2, (int, int))
+REAL_DECL(int, dup3, (int, int, int))
+
+/* dlsym is resolved lazily too, because other libraries' constructors may call a hook
+ * before ours has run. */
+static inline void *real_fn(void **slot, const char *name) {
+    void *f = __atomic_load_n(slot, __ATOMIC_RELAXED);
+    if (LIKELY(f)) return f;
+    f = dlsym(RTLD_NEXT, name);
+    __atomic_store_n(slot, f, __ATOMIC_RELAXED);
+    return f;
+}
+
+#define REAL(name) ((name##_fn)real_fn((void **)&real_##name, #name))
+
+/* ------------------------------------------------------------------ state */
+
+#define FD_STATE_MAX 65536 /* fds tracked for write-at-close detection */
+#define FD_PATH_MAX 4096   /* fds whose path is kept (openat dirfds, close records) */
+#define FD_PATH_LEN 500
+#define TAG_SLOTS 64
+
+enum { TRACK_NONE = 0, TRACK_COMPARE = 1, TRACK_MODIFIED = 2 };
+
+struct fd_state {
+    uint8_t track;
+    int64_t size, mtime_ns, ctime_ns;
+};
+
+struct fd_path {
+    uint32_t seq; /* odd while being written */
+    uint16_t len; /* 0: unknown */
+    char path[FD_PATH_LEN];
+};
+
+struct tag_buf {
+    uint16_t len;
+    char s[ROAR_MAX_TAG + 1];
+};
+
+static struct {
+    int active; /* a session directory is set and the log is open */
+    int configured;
+    uint32_t pid, ppid;
+    char session_dir[PATH_MAX];
+    char lib_path[PATH_MAX];
+    char log_path[PATH_MAX];
+    struct roar_log_header *hdr;
+    char *chunks[ROAR_MAX_CHUNKS];
+    uint32_t nchunks; /* highest chunk index mapped + 1 */
+    uint64_t file_size;
+    int grow_lock;
+    uint64_t dropped_nolog;
+    int tracked_fds;
+} g;
+
+static struct fd_state fd_states[FD_STATE_MAX];
+static struct fd_path fd_paths[FD_PATH_MAX];
+
+/* cwd cache: two buffers and an index, so a reader never sees a half-written path
+ * unless two chdir calls race with one read. */
+static struct {
+    char buf[2][PATH_MAX];
+    uint16_t len[2];
+    int cur;
+} cwd;
+
+/* Task tags.  Begin/end take a spin lock (they are per task, not per event); the
+ * hot path reads the thread's own tag, or the process fallback through a seqlock. */
+static struct {
+    int lock;
+    int active;          /* threads inside a task */
+    struct tag_buf slot[TAG_SLOTS];
+    int slot_used[TAG_SLOTS];
+    int has_base;        /* inherited (exec/fork) or set with roar_process_tag */
+    struct tag_buf base;
+    uint32_t seq;        /* fallback seqlock */
+    int fb_valid;
+    struct tag_buf fb;
+} tags;
+
+static TLS int t_busy;
+static TLS uint32_t t_tid;
+static TLS int t_has_tag;
+static TLS int t_slot = -1;
+static TLS struct tag_buf t_tag;
+
+/* ------------------------------------------------------------------ small helpers */
+
+static inline uint64_t now_ns(clockid_t c) {
+    struct timespec ts;
+    clock_gettime(c, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline uint32_t cur_tid(void) {
+    if (UNLIKELY(!t_tid)) t_tid = (uint32_t)syscall(SYS_gettid);
+    return t_tid;
+}
+
+static size_t cstrlen(const char *s) { return s ? strlen(s) : 0; }
+
+static char *put_u64(char *p, uint64_t v) {
+    char tmp[24];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (n) *p++ = tmp[--n];
+    return p;
+}
+
+static int sys_open(const char *path, int flags, int mode) {
+    return (int)syscall(SYS_openat, AT_FDCWD, path, flags, mode);
+}
+
+static void sys_close(int fd) { syscall(SYS_close, fd); }
+
+static int stat_to(int dirfd, const char *path, int atflags, struct stat *st) {
+    return (int)syscall(SYS_newfstatat, dirfd, path, st, atflags);
+}
+
+static int64_t ts_ns(struct timespec t) { return (int64_t)t.tv_sec * 1000000000ll + t.tv_nsec; }
+
+static void drop(void) {
+    if (g.hdr)
+        __atomic_add_fetch(&g.hdr->dropped, 1, __ATOMIC_RELAXED);
+    else
+        __atomic_add_fetch(&g.dropped_nolog, 1, __ATOMIC_RELAXED);
+}
+
+static int writable(int flags) { return (flags & O_ACCMODE) != O_RDONLY; }
+
+static int needs_mode(int flags) {
+    return (flags & O_CREAT) || ((flags & O_TMPFILE) == O_TMPFILE);
+}
+
+/* ------------------------------------------------------------------ the log */
+
+static void spin_lock(int *l) {
+    while (__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE)) sched_yield();
+}
+
+static void spin_unlock(int *l) { __atomic_store_n(l, 0, __ATOMIC_RELEASE); }
+
+static char *chunk_get(uint64_t k) {
+    char *c;
+    if (UNLIKELY(k >= ROAR_MAX_CHUNKS)) return NULL;
+    c = __atomic_load_n(&g.chunks[k], __ATOMIC_ACQUIRE);
+    if (LIKELY(c)) return c;
+    if (t_busy > 1) return NULL; /* a signal handler interrupted a grow on this thread */
+    t_busy++;
+    spin_lock(&g.grow_lock);
+    c = g.chunks[k];
+    if (!c) {
+        uint64_t need = ROAR_HEADER_SIZE + (k + 1) * (uint64_t)ROAR_CHUNK;
+        /* No fd is held between grows: programs that close every fd (daemons,
+         * close_range before exec) cannot break the log. */
+        int fd = sys_open(g.log_path, O_RDWR | O_CLOEXEC, 0);
+        if (fd >= 0) {
+            if (g.file_size >= need || syscall(SYS_ftruncate, fd, need) == 0) {
+                if (g.file_size < need) g.file_size = need;
+                void *m = mmap(NULL, ROAR_CHUNK, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                               (off_t)(ROAR_HEADER_SIZE + k * (uint64_t)ROAR_CHUNK));
+                if (m != MAP_FAILED) {
+                    c = m;
+                    __atomic_store_n(&g.chunks[k], c, __ATOMIC_RELEASE);
+                    if (k + 1 > g.nchunks) g.nchunks = (uint32_t)(k + 1);
+                }
+            }
+            sys_close(fd);
+        }
+    }
+    spin_unlock(&g.grow_lock);
+    t_busy--;
+    return c;
+}
+
+static inline void rec_open_word(void *at, uint32_t size, uint16_t op, uint16_t state) {
+    uint64_t w = size | ((uint64_t)op << 32) | ((uint64_t)state << 48);
+    __atomic_store_n((uint64_t *)at, w, __ATOMIC_RELAXED);
+}
+
+/* Reserve `size` bytes (multiple of 8) that do not cross a chunk boundary. */
+static struct roar_record *reserve(uint32_t size) {
+    struct roar_log_header *h = g.hdr;
+    uint64_t cur, start, end_of_chunk;
+    if (UNLIKELY(!h)) return NULL;
+    cur = __atomic_load_n(&h->reserved, __ATOMIC_RELAXED);
+    for (;;) {
+        end_of_chunk = (cur / ROAR_CHUNK + 1) * (uint64_t)ROAR_CHUNK;
+        start = cur + size > end_of_chunk ? end_of_chunk : cur;
+        if (__atomic_compare_exchange_n(&h->reserved, &cur, start + size, 1, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_RELAXED))
+            break;
+    }
+    if (start != cur) { /* fill the end of the previous chunk so readers can skip it */
+        char *c = chunk_get(cur / ROAR_CHUNK);
+        if (c)
+            rec_open_word(c + cur % ROAR_CHUNK, (uint32_t)(end_of_chunk - cur), ROAR_OP_PAD,
+                          ROAR_STATE_COMMITTED);
+    }
+    char *c = chunk_get(start / ROAR_CHUNK);
+    if (UNLIKELY(!c)) return NULL;
+    return (struct roar_record *)(c + start % ROAR_CHUNK);
+}
+
+/* ------------------------------------------------------------------ records */
+
+/* A path as given, optionally joined to a prefix (cwd or a dirfd's path). */
+struct rpath {
+    const char *pre;
+    size_t prelen;
+    const char *s;
+    size_t slen;
+};
+
+struct ev {
+    uint16_t op;
+    uint32_t flags, mode, rflags;
+    int32_t fd, err;
+    int64_t result;
+    uint32_t pid, ppid, tid; /* 0: the cached ones */
+    const struct stat *st;
+    struct rpath p1, p2;
+    char *const *argv; /* replaces p2 */
+};
+
+/* A non-NULL prefix means "join", even when it is empty (the root directory). */
+static size_t rpath_len(const struct rpath *p) {
+    size_t n = p->pre ? p->prelen + 1 + p->slen : p->slen;
+    return n > ROAR_MAX_PATH ? ROAR_MAX_PATH : n;
+}
+
+static char *rpath_put(char *dst, const struct rpath *p, size_t n) {
+    size_t pre = p->prelen < n ? p->prelen : n;
+    memcpy(dst, p->pre, pre);
+    if (p->pre && pre < n) dst[pre++] = '/';
+    memcpy(dst + pre, p->s, n - pre);
+    dst[n] = 0;
+    return dst + n + 1;
+}
+
+static size_t argv_len(char *const *argv, int *trunc) {
+    size_t n = 0;
+    for (; argv && *argv; argv++) {
+        size_t l = strlen(*argv) + 1;
+        if (n + l > ROAR_MAX_ARGV) {
+            *trunc = 1;
+            break;
+        }
+        n += l;
+    }
+    return n ? n - 1 : 0; /* the last NUL is the record's terminator */
+}
+
+/* The tag to stamp on a record: the thread's own, else the process fallback. */
+static uint16_t current_tag(char *out, uint32_t *rflags) {
+    if (t_has_tag) {
+        memcpy(out, t_tag.s, t_tag.len);
+        return t_tag.len;
+    }
+    for (int tries = 0; tries < 64; tries++) {
+        uint32_t s1 = __atomic_load_n(&tags.seq, __ATOMIC_ACQUIRE);
+        if (s1 & 1) continue;
+        uint16_t len = 0;
+        if (tags.fb_valid) {
+            len = tags.fb.len;
+            memcpy(out, tags.fb.s, len);
+        }
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&tags.seq, __ATOMIC_RELAXED) == s1) {
+            if (len) *rflags |= ROAR_RF_TAG_INHERITED;
+            return len;
+        }
+    }
+    return 0;
+}
+
+static void emit(struct ev *e) {
+    char tag[ROAR_MAX_TAG + 1];
+    uint32_t rflags = e->rflags;
+    uint16_t tag_len = current_tag(tag, &rflags);
+    size_t l1 = rpath_len(&e->p1), l2;
+    int trunc = 0;
+    if (e->argv) {
+        l2 = argv_len(e->argv, &trunc);
+        if (trunc) rflags |= ROAR_RF_ARGV_TRUNC;
+    } else {
+        l2 = rpath_len(&e->p2);
+    }
+    if (l1 == ROAR_MAX_PATH || (!e->argv && l2 == ROAR_MAX_PATH)) rflags |= ROAR_RF_PATH_TRUNC;
+    uint32_t size = (uint32_t)((ROAR_RECORD_FIXED + tag_len + 1 + l1 + 1 + l2 + 1 + 7) & ~7ul);
+
+    struct roar_record *r = reserve(size);
+    if (UNLIKELY(!r)) {
+        drop();
+        return;
+    }
+    rec_open_word(r, size, e->op, ROAR_STATE_RESERVED);
+    r->pid = e->pid ? e->pid : g.pid;
+    r->ppid = e->ppid ? e->ppid : g.ppid;
+    r->tid = e->tid ? e->tid : cur_tid();
+    r->err = e->err;
+    r->result = e->result;
+    r->flags = e->flags;
+    r->mode = e->mode;
+    r->fd = e->fd;
+    r->mono_ns = now_ns(CLOCK_MONOTONIC);
+    r->wall_ns = now_ns(CLOCK_REALTIME);
+    if (e->st) {
+        rflags |= ROAR_RF_STAT;
+        r->st_dev = e->st->st_dev;
+        r->st_ino = e->st->st_ino;
+        r->st_size = (uint64_t)e->st->st_size;
+        r->st_mtime_ns = ts_ns(e->st->st_mtim);
+        r->st_ctime_ns = ts_ns(e->st->st_ctim);
+    } else {
+        r->st_dev = r->st_ino = r->st_size = 0;
+        r->st_mtime_ns = r->st_ctime_ns = 0;
+    }
+    r->rflags = rflags;
+    r->tag_len = tag_len;
+    r->path_len = (uint16_t)l1;
+    r->path2_len = (uint16_t)l2;
+    r->_pad = 0;
+    char *p = (char *)r + ROAR_RECORD_FIXED;
+    memcpy(p, tag, tag_len);
+    p[tag_len] = 0;
+    p = rpath_put(p + tag_len + 1, &e->p1, l1);
+    if (e->argv) {
+        char *end = p + l2;
+        for (char *const *a = e->argv; *a && p < end; a++) {
+            size_t l = strlen(*a);
+            if (l > (size_t)(end - p)) l = (size_t)(end - p);
+            memcpy(p, *a, l);
+            p += l;
+            *p++ = 0;
+        }
+        *end = 0;
+    } else {
+        rpath_put(p, &e->p2, l2);
+    }
+    __atomic_store_n(&r->state, ROAR_STATE_COMMITTED, __ATOMIC_RELEASE);
+}
+
+/* Hooks record only when a session is active and we are not already inside one. */
+static inline int recording(void) { return LIKELY(g.active) && !t_busy; }
+
+#define ENTER(saved) \
+    int saved = errno; \
+    t_busy++
+#define LEAVE(saved) \
+    t_busy--;         \
+    errno = saved
+
+/* ------------------------------------------------------------------ paths */
+
+static void rpath_abs(struct rpath *p, const char *s) {
+    p->s = s ? s : "";
+    p->slen = cstrlen(s);
+    p->pre = NULL;
+    p->prelen = 0;
+    if (s && s[0] != '/') {
+        int c = __atomic_load_n(&cwd.cur, __ATOMIC_ACQUIRE);
+        p->pre = cwd.buf[c];
+        p->prelen = cwd.len[c];
+    }
+}
+
+/* Join a path to the directory an fd refers to.  `tmp` (PATH_MAX) backs the prefix
+ * when the fd's path is not in the table and must be read from /proc. */
+static void rpath_at(struct rpath *p, int dirfd, const char *s, char *tmp, uint32_t *rflags) {
+    rpath_abs(p, s);
+    if (!s || s[0] == '/' || dirfd == AT_FDCWD) return;
+    if (dirfd >= 0 && dirfd < FD_PATH_MAX) {
+        struct fd_path *fp = &fd_paths[dirfd];
+        uint32_t s1 = __atomic_load_n(&fp->seq, __ATOMIC_ACQUIRE);
+        if (!(s1 & 1) && fp->len) {
+            size_t n = fp->len;
+            memcpy(tmp, fp->path, n);
+            if (__atomic_load_n(&fp->seq, __ATOMIC_ACQUIRE) == s1) {
+                p->pre = tmp;
+                p->prelen = n;
+                return;
+            }
+        }
+    }
+    char link[32] = "/proc/self/fd/";
+    put_u64(link + 14, (uint64_t)dirfd)[0] = 0;
+    ssize_t n = syscall(SYS_readlink, link, tmp, PATH_MAX - 1);
+    if (n > 0) {
+        p->pre = tmp;
+        p->prelen = (size_t)n;
+    } else {
+        *rflags |= ROAR_RF_DIRFD_UNKNOWN;
+        p->pre = NULL;
+        p->prelen = 0;
+    }
+}
+
+static void fd_remember(int fd, const struct rpath *p, uint8_t track, const struct stat *st) {
+    if (fd < 0) return;
+    if (fd < FD_STATE_MAX) {
+        struct fd_state *fs = &fd_states[fd];
+        if (fs->track && !track) __atomic_sub_fetch(&g.tracked_fds, 1, __ATOMIC_RELAXED);
+        if (!fs->track && track) __atomic_add_fetch(&g.tracked_fds, 1, __ATOMIC_RELAXED);
+        fs->track = track;
+        if (st) {
+            fs->size = st->st_size;
+            fs->mtime_ns = ts_ns(st->st_mtim);
+            fs->ctime_ns = ts_ns(st->st_ctim);
+        }
+    }
+    if (fd < FD_PATH_MAX) {
+        struct fd_path *fp = &fd_paths[fd];
+        __atomic_add_fetch(&fp->seq, 1, __ATOMIC_ACQ_REL);
+        size_t n = p ? rpath_len(p) : 0;
+        if (n && n < FD_PATH_LEN) {
+            rpath_put(fp->path, p, n);
+            fp->len = (uint16_t)n;
+        } else {
+            fp->len = 0;
+        }
+        __atomic_add_fetch(&fp->seq, 1, __ATOMIC_RELEASE);
+    }
+}
+
+static void fd_copy(int from, int to) {
+    if (from < 0 || to < 0 || from == to) return;
+    struct rpath p = {0};
+    if (from < FD_PATH_MAX && fd_paths[from].len) {
+        p.s = fd_paths[from].path;
+        p.slen = fd_paths[from].len;
+    }
+    uint8_t track = from < FD_STATE_MAX ? fd_states[from].track : 0;
+    struct fd_state saved = from < FD_STATE_MAX ? fd_states[from] : (struct fd_state){0};
+    fd_remember(to, p.slen ? &p : NULL, track, NULL);
+    if (to < FD_STATE_MAX) {
+        fd_states[to].size = saved.size;
+        fd_states[to].mtime_ns = saved.mtime_ns;
+        fd_states[to].ctime_ns = saved.ctime_ns;
+    }
+}
+
+/* ------------------------------------------------------------------ open/close */
+
+struct pre_open {
+    int have;
+    int existed;
+    struct stat st;
+};
+
+static void open_before(int dirfd, const char *path, int flags, struct pre_open *pre) {
+    pre->have = pre->existed = 0;
+    if (!recording() || !writable(flags) || !path) return;
+    /* The previous version's identity matters only when the open itself may destroy
+     * it (create or truncate); otherwise fstat after the open sees the same thing. */
+    if (((flags & O_CREAT) && !(flags & O_EXCL)) || (flags & O_TRUNC)) {
+        int saved = errno;
+        pre->have = 1;
+        pre->existed = stat_to(dirfd, path, 0, &pre->st) == 0;
+        errno = saved;
+    }
+}
+
+static void open_after(int dirfd, const char *path, int flags, mode_t mode, int fd,
+                       const struct pre_open *pre, uint32_t rflags) {
+    if (!recording()) return;
+    ENTER(saved);
+    char tmp[PATH_MAX];
+    struct ev e = {.op = ROAR_OP_OPEN, .flags = (uint32_t)flags, .mode = mode, .fd = dirfd,
+                   .result = fd, .err = fd < 0 ? saved : 0};
+    rpath_at(&e.p1, dirfd, path, tmp, &rflags);
+    uint8_t track = TRACK_NONE;
+    struct stat st;
+    const struct stat *baseline = NULL;
+    if (fd >= 0 && (flags & O_TMPFILE) == O_TMPFILE) {
+        track = TRACK_MODIFIED; /* anonymous until linked: never an input */
+    } else if (fd >= 0 && writable(flags)) {
+        if (pre->have) {
+            if (pre->existed) {
+                rflags |= ROAR_RF_EXISTED;
+                e.st = &pre->st;
+            }
+            track = (!pre->existed || (flags & O_TRUNC)) ? TRACK_MODIFIED : TRACK_COMPARE;
+            baseline = pre->existed ? &pre->st : NULL;
+        } else if (flags & O_EXCL) {
+            track = TRACK_MODIFIED;
+        } else if (fstat(fd, &st) == 0) {
+            rflags |= ROAR_RF_EXISTED;
+            e.st = baseline = &st;
+            track = TRACK_COMPARE;
+        } else {
+            track = TRACK_MODIFIED;
+        }
+    }
+    e.rflags = rflags;
+    emit(&e);
+    if (fd >= 0) fd_remember(fd, &e.p1, track, baseline);
+    LEAVE(saved);
+}
+
+/* Record the state of a writable fd that is about to be closed.  Called before the
+ * real close so fstat still works. */
+static void close_record(int fd) {
+    if (fd < 0 || fd >= FD_STATE_MAX || !fd_states[fd].track) return;
+    struct fd_state *fs = &fd_states[fd];
+    struct stat st;
+    struct ev e = {.op = ROAR_OP_CLOSE, .fd = fd};
+    char tmp[PATH_MAX];
+    if (fstat(fd, &st) == 0) {
+        e.st = &st;
+        if (fs->track == TRACK_MODIFIED || st.st_size != fs->size ||
+            ts_ns(st.st_mtim) != fs->mtime_ns || ts_ns(st.st_ctim) != fs->ctime_ns)
+            e.rflags |= ROAR_RF_MODIFIED;
+    } else if (fs->track == TRACK_MODIFIED) {
+        e.rflags |= ROAR_RF_MODIFIED;
+    }
+    if (fd < FD_PATH_MAX && fd_paths[fd].len) {
+        e.p1.s = fd_paths[fd].path;
+        e.p1.slen = fd_paths[fd].len;
+    } else {
+        char link[32] = "/proc/self/fd/";
+        put_u64(link + 14, (uint64_t)fd)[0] = 0;
+        ssize_t n = syscall(SYS_readlink, link, tmp, PATH_MAX - 1);
+        e.p1.s = tmp;
+        e.p1.slen = n > 0 ? (size_t)n : 0;
+    }
+    emit(&e);
+}
+
+static void fd_forget(int fd) {
+    if (fd < 0) return;
+    if (fd < FD_STATE_MAX && fd_states[fd].track) {
+        fd_states[fd].track = 0;
+        __atomic_sub_fetch(&g.tracked_fds, 1, __ATOMIC_RELAXED);
+    }
+    if (fd < FD_PATH_MAX && fd_paths[fd].len) {
+        __atomic_add_fetch(&fd_paths[fd].seq, 1, __ATOMIC_ACQ_REL);
+        fd_paths[fd].len = 0;
+        __atomic_add_fetch(&fd_paths[fd].seq, 1, __ATOMIC_RELEASE);
+    }
+}
+
+static inline int tracked(int fd) { return fd >= 0 && fd < FD_STATE_MAX && fd_states[fd].track; }
+
+#define OPEN_HOOK(name, ...)                                   \
+    EXPORT int name(const char *path, int flags, ...) {        \
+        mode_t mode = 0;                                       \
+        if (needs_mode(flags)) {                               \
+            va_list ap;                                        \
+            va_start(ap, flags);                               \
+            mode = va_arg(ap, mode_t);                         \
+            va_end(ap);                                        \
+        }                                                      \
+        struct pre_open pre;                                   \
+        open_before(AT_FDCWD, path, flags, &pre);              \
+        int fd = REAL(name)(path, flags, mode);                \
+        open_after(AT_FDCWD, path, flags, mode, fd, &pre, 0);  \
+        return fd;                                             \
+    }
+
+OPEN_HOOK(open)
+OPEN_HOOK(open64)
+
+#define OPENAT_HOOK(name)                                               \
+    EXPORT int name(int dirfd, const char *path, int flags, ...) {      \
+        mode_t mode = 0;                                                \
+        if (needs_mode(flags)) {                                        \
+            va_list ap;                                                 \
+            va_start(ap, flags);                                        \
+            mode = va_arg(ap, mode_t);                                  \
+            va_end(ap);                                                 \
+        }                                                               \
+        struct pre_open pre;                                            \
+        open_before(dirfd, path, flags, &pre);                          \
+        int fd = REAL(name)(dirfd, path, flags, mode);                  \
+        open_after(dirfd, path, flags, mode, fd, &pre, 0);              \
+        return fd;                                                      \
+    }
+
+OPENAT_HOOK(openat)
+OPENAT_HOOK(openat64)
+
+/* The _FORTIFY_SOURCE entry points: no mode argument by contract. */
+#define OPEN2_HOOK(name)                                    \
+    EXPORT int name(const char *path, int flags) {          \
+        struct pre_open pre;                                \
+        open_before(AT_FDCWD, path, flags, &pre);           \
+        int fd = REAL(name)(path, flags);                   \
+        open_after(AT_FDCWD, path, flags, 0, fd, &pre, 0);  \
+        return fd;                                          \
+    }
+
+OPEN2_HOOK(__open_2)
+OPEN2_HOOK(__open64_2)
+
+#define OPENAT2_HOOK(name)                                      \
+    EXPORT int name(int dirfd, const char *path, int flags) {   \
+        struct pre_open pre;                                    \
+        open_before(dirfd, path, flags, &pre);                  \
+        int fd = REAL(name)(dirfd, path, flags);                \
+        open_after(dirfd, path, flags, 0, fd, &pre, 0);         \
+        return fd;                                              \
+    }
+
+OPENAT2_HOOK(__openat_2)
+OPENAT2_HOOK(__openat64_2)
+
+#define CREAT_HOOK(name)                                               \
+    EXPORT int name(const char *path, mode_t mode) {                   \
+        int flags = O_CREAT | O_WRONLY | O_TRUNC;                      \
+        struct pre_open pre;                                           \
+        open_before(AT_FDCWD, path, flags, &pre);                      \
+        int fd = REAL(name)(path, mode);                               \
+        open_after(AT_FDCWD, path, flags, mode, fd, &pre, 0);          \
+        return fd;                                                     \
+    }
+
+CREAT_HOOK(creat)
+CREAT_HOOK(creat64)
+
+static int fopen_flags(const char *m) {
+    int flags;
+    if (!m) return O_RDONLY;
+    switch (m[0]) {
+    case 'w': flags = O_WRONLY | O_CREAT | O_TRUNC; break;
+    case 'a': flags = O_WRONLY | O_CREAT | O_APPEND; break;
+    default: flags = O_RDONLY; break;
+    }
+    for (const char *c = m + 1; *c && *c != ','; c++) {
+        if (*c == '+') flags = (flags & ~O_ACCMODE) | O_RDWR;
+        if (*c == 'x') flags |= O_EXCL;
+        if (*c == 'e') flags |= O_CLOEXEC;
+    }
+    return flags;
+}
+
+#define FOPEN_HOOK(name)                                                         \
+    EXPORT FILE *name(const char *path, const char *m) {                         \
+        int flags = fopen_flags(m);                                              \
+        struct pre_open pre;                                                     \
+        open_before(AT_FDCWD, path, flags, &pre);                                \
+        FILE *f = REAL(name)(path, m);                                           \
+        open_after(AT_FDCWD, path, flags, 0666, f ? fileno(f) : -1, &pre,        \
+                   ROAR_RF_FOPEN);                                               \
+        return f;                                                                \
+    }
+
+FOPEN_HOOK(fopen)
+FOPEN_HOOK(fopen64)
+
+/* Flushing before fstat is what fclose would do first anyway; a flush error is
+ * reported exactly as fclose would report it. */
+static int flush_for_close(FILE *f, int *flush_err) {
+    int fd = fileno(f);
+    *flush_err = 0;
+    if (!recording() || !tracked(fd)) return fd;
+    if (fflush(f) == EOF) *flush_err = errno ? errno : EIO;
+    return fd;
+}
+
+#define FREOPEN_HOOK(name)                                                        \
+    EXPORT FILE *name(const char *path, const char *m, FILE *stream) {            \
+        int flush_err, oldfd = stream ? flush_for_close(stream, &flush_err) : -1; \
+        int flags = fopen_flags(m);                                               \
+        struct pre_open pre;                                                      \
+        if (recording() && tracked(oldfd)) {                                      \
+            ENTER(saved);                                                         \
+            close_record(oldfd);                                               \
+            LEAVE(saved);                                                         \
+        }                                                                         \
+        if (path) open_before(AT_FDCWD, path, flags, &pre);                       \
+        FILE *f = REAL(name)(path, m, stream);                                    \
+        if (path) {                                                               \
+            int saved = errno;                                                    \
+            if (oldfd >= 0 && (!f || fileno(f) != oldfd)) fd_forget(oldfd);       \
+            errno = saved;                                                        \
+            open_after(AT_FDCWD, path, flags, 0666, f ? fileno(f) : -1, &pre,     \
+                       ROAR_RF_FOPEN);                                            \
+        }                                                                         \
+        return f;                                                                 \
+    }
+
+FREOPEN_HOOK(freopen)
+FREOPEN_HOOK(freopen64)
+
+EXPORT int close(int fd) {
+    if (recording() && tracked(fd)) {
+        ENTER(saved);
+        close_record(fd);
+        LEAVE(saved);
+    }
+    int r = REAL(close)(fd);
+    int saved = errno;
+    fd_forget(fd);
+    errno = saved;
+    return r;
+}
+
+EXPORT int fclose(FILE *f) {
+    int flush_err = 0, fd = f ? flush_for_close(f, &flush_err) : -1;
+    if (recording() && tracked(fd)) {
+        ENTER(saved);
+        close_record(fd);
+        LEAVE(saved);
+    }
+    int r = REAL(fclose)(f);
+    int saved = errno;
+    fd_forget(fd);
+    errno = saved;
+    if (flush_err && r == 0) {
+        errno = flush_err;
+        return EOF;
+    }
+    return r;
+}
+
+/* ------------------------------------------------------------------ namespace ops */
+
+static void record2(uint16_t op, int dfd1, const char *p1, int dfd2, const char *p2,
+                    uint32_t flags, int r) {
+    if (!recording()) return;
+    ENTER(saved);
+    char t1[PATH_MAX], t2[PATH_MAX];
+    struct ev e = {.op = op, .flags = flags, .result = r, .err = r < 0 ? saved : 0};
+    rpath_at(&e.p1, dfd1, p1, t1, &e.rflags);
+    if (p2) rpath_at(&e.p2, dfd2, p2, t2, &e.rflags);
+    emit(&e);
+    LEAVE(saved);
+}
+
+EXPORT int rename(const char *a, const char *b) {
+    int r = REAL(rename)(a, b);
+    record2(ROAR_OP_RENAME, AT_FDCWD, a, AT_FDCWD, b, 0, r);
+    return r;
+}
+
+EXPORT int renameat(int da, const char *a, int db, const char *b) {
+    int r = REAL(renameat)(da, a, db, b);
+    record2(ROAR_OP_RENAME, da, a, db, b, 0, r);
+    return r;
+}
+
+EXPORT int renameat2(int da, const char *a, int db, const char *b, unsigned int flags) {
+    int r = REAL(renameat2)(da, a, db, b, flags);
+    record2(ROAR_OP_RENAME, da, a, db, b, flags, r);
+    return r;
+}
+
+EXPORT int link(const char *a, const char *b) {
+    int r = REAL(link)(a, b);
+    record2(ROAR_OP_LINK, AT_FDCWD, a, AT_FDCWD, b, 0, r);
+    return r;
+}
+
+EXPORT int linkat(int da, const char *a, int db, const char *b, int flags) {
+    int r = REAL(linkat)(da, a, db, b, flags);
+    record2(ROAR_OP_LINK, da, a, db, b, (uint32_t)flags, r);
+    return r;
+}
+
+/* The target of a symlink is text, not a path relative to our cwd: keep it as is. */
+static void record_symlink(const char *target, int dfd, const char *lp, int r) {
+    if (!recording()) return;
+    ENTER(saved);
+    char t[PATH_MAX];
+    struct ev e = {.op = ROAR_OP_SYMLINK, .result = r, .err = r < 0 ? saved : 0};
+    e.p1.s = target ? target : "";
+    e.p1.slen = cstrlen(target);
+    rpath_at(&e.p2, dfd, lp, t, &e.rflags);
+    emit(&e);
+    LEAVE(saved);
+}
+
+EXPORT int symlink(const char *target, const char *lp) {
+    int r = REAL(symlink)(target, lp);
+    record_symlink(target, AT_FDCWD, lp, r);
+    return r;
+}
+
+EXPORT int symlinkat(const char *target, int dfd, const char *lp) {
+    int r = REAL(symlinkat)(target, dfd, lp);
+    record_symlink(target, dfd, lp, r);
+    return r;
+}
+
+EXPORT int unlink(const char *p) {
+    int r = REAL(unlink)(p);
+    record2(ROAR_OP_UNLINK, AT_FDCWD, p, AT_FDCWD, NULL, 0, r);
+    return r;
+}
+
+EXPORT int unlinkat(int d, const char *p, int flags) {
+    int r = REAL(unlinkat)(d, p, flags);
+    record2((flags & AT_REMOVEDIR) ? ROAR_OP_RMDIR : ROAR_OP_UNLINK, d, p, AT_FDCWD, NULL,
+            (uint32_t)flags, r);
+    return r;
+}
+
+EXPORT int remove(const char *p) {
+    int r = REAL(remove)(p);
+    record2(ROAR_OP_UNLINK, AT_FDCWD, p, AT_FDCWD, NULL, 0, r);
+    return r;
+}
+
+EXPORT int truncate(const char *p, off_t len) {
+    int r = REAL(truncate)(p, len);
+    record2(ROAR_OP_TRUNCATE, AT_FDCWD, p, AT_FDCWD, NULL, 0, r);
+    return r;
+}
+
+EXPORT int truncate64(const char *p, off64_t len) {
+    int r = REAL(truncate64)(p, len);
+    record2(ROAR_OP_TRUNCATE, AT_FDCWD, p, AT_FDCWD, NULL, 0, r);
+    return r;
+}
+
+EXPORT int mkdir(const char *p, mode_t m) {
+    int r = REAL(mkdir)(p, m);
+    record2(ROAR_OP_MKDIR, AT_FDCWD, p, AT_FDCWD, NULL, m, r);
+    return r;
+}
+
+EXPORT int mkdirat(int d, const char *p, mode_t m) {
+    int r = REAL(mkdirat)(d, p, m);
+    record2(ROAR_OP_MKDIR, d, p, AT_FDCWD, NULL, m, r);
+    return r;
+}
+
+EXPORT int rmdir(const char *p) {
+    int r = REAL(rmdir)(p);
+    record2(ROAR_OP_RMDIR, AT_FDCWD, p, AT_FDCWD, NULL, 0, r);
+    return r;
+}
+
+/* ------------------------------------------------------------------ cwd */
+
+static void cwd_refresh(void) {
+    int next = !__atomic_load_n(&cwd.cur, __ATOMIC_RELAXED);
+    if (syscall(SYS_getcwd, cwd.buf[next], sizeof cwd.buf[next]) > 0) {
+        cwd.len[next] = (uint16_t)strlen(cwd.buf[next]);
+        /* The root is "/", but joins add their own '/'. */
+        if (cwd.len[next] == 1) cwd.len[next] = 0, cwd.buf[next][0] = 0;
+        __atomic_store_n(&cwd.cur, next, __ATOMIC_RELEASE);
+    }
+}
+
+static void record_chdir(int r) {
+    if (r == 0) cwd_refresh();
+    if (!recording()) return;
+    ENTER(saved);
+    int c = __atomic_load_n(&cwd.cur, __ATOMIC_ACQUIRE);
+    struct ev e = {.op = ROAR_OP_CHDIR, .result = r, .err = r < 0 ? saved : 0};
+    e.p1.s = cwd.len[c] ? cwd.buf[c] : "/";
+    e.p1.slen = cwd.len[c] ? cwd.len[c] : 1;
+    emit(&e);
+    LEAVE(saved);
+}
+
+EXPORT int chdir(const char *p) {
+    int r = REAL(chdir)(p);
+    int saved = errno;
+    record_chdir(r);
+    errno = saved;
+    return r;
+}
+
+EXPORT int fchdir(int fd) {
+    int r = REAL(fchdir)(fd);
+    int saved = errno;
+    record_chdir(r);
+    errno = saved;
+    return r;
+}
+
+/* ------------------------------------------------------------------ dup */
+
+static void record_dup(int old, int r) {
+    if (r < 0) return;
+    int saved = errno;
+    int was_tracked = tracked(old);
+    fd_copy(old, r);
+    if (recording() && was_tracked) {
+        t_busy++;
+        struct ev e = {.op = ROAR_OP_DUP, .fd = old, .result = r};
+        emit(&e);
+        t_busy--;
+    }
+    errno = saved;
+}
+
+EXPORT int dup(int old) {
+    int r = REAL(dup)(old);
+    record_dup(old, r);
+    return r;
+}
+
+/* dup2/dup3 close `new` first: a tracked writable fd there is closed here. */
+static void before_dup2(int old, int new) {
+    if (old != new && recording() && tracked(new)) {
+        ENTER(saved);
+        close_record(new);
+        LEAVE(saved);
+    }
+}
+
+EXPORT int dup2(int old, int new) {
+    before_dup2(old, new);
+    int r = REAL(dup2)(old, new);
+    if (r >= 0 && old != new) {
+        int saved = errno;
+        fd_forget(new);
+        errno = saved;
+    }
+    record_dup(old, r);
+    return r;
+}
+
+EXPORT int dup3(int old, int new, int flags) {
+    before_dup2(old, new);
+    int r = REAL(dup3)(old, new, flags);
+    if (r >= 0) {
+        int saved = errno;
+        fd_forget(new);
+        errno = saved;
+    }
+    record_dup(old, r);
+    return r;
+}
+
+/* ------------------------------------------------------------------ exec / spawn */
+
+/* Would the loader ignore LD_PRELOAD for this program?  Static (no PT_INTERP) or
+ * setuid/setgid to someone else.  Raw syscalls only: this may run in a vfork child. */
+static uint32_t probe_untraceable(const char *path, int depth) {
+    struct stat st;
+    if (!path || stat_to(AT_FDCWD, path, 0, &st) != 0) return 0;
+    if (((st.st_mode & S_ISUID) && st.st_uid != geteuid()) ||
+        ((st.st_mode & S_ISGID) && st.st_gid != getegid()))
+        return ROAR_RF_UNTRACEABLE | ROAR_RF_SETUID;
+    int fd = sys_open(path, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0) return 0;
+    uint32_t res = 0;
+    Elf64_Ehdr eh;
+    ssize_t n = syscall(SYS_pread64, fd, &eh, sizeof eh, 0);
+    if (n >= 2 && ((char *)&eh)[0] == '#' && ((char *)&eh)[1] == '!' && depth == 0) {
+        char interp[256];
+        size_t i = 0, j = 2;
+        const char *b = (const char *)&eh;
+        while (j < (size_t)n && (b[j] == ' ' || b[j] == '\t')) j++;
+        while (j < (size_t)n && b[j] != ' ' && b[j] != '\n' && b[j] != '\t' && i < 255)
+            interp[i++] = b[j++];
+        interp[i] = 0;
+        sys_close(fd);
+        return i ? probe_untraceable(interp, 1) : 0;
+    }
+    if (n == (ssize_t)sizeof eh && memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 &&
+        eh.e_ident[EI_CLASS] == ELFCLASS64 && eh.e_phentsize == sizeof(Elf64_Phdr)) {
+        int interp = 0;
+        Elf64_Phdr ph[16];
+        for (unsigned i = 0; i < eh.e_phnum && !interp; i += 16) {
+            unsigned cnt = eh.e_phnum - i < 16 ? eh.e_phnum - i : 16;
+            ssize_t m = syscall(SYS_pread64, fd, ph, cnt * sizeof(Elf64_Phdr),
+                                (off_t)(eh.e_phoff + i * sizeof(Elf64_Phdr)));
+            if (m != (ssize_t)(cnt * sizeof(Elf64_Phdr))) break;
+            for (unsigned k = 0; k < cnt; k++)
+                if (ph[k].p_type == PT_INTERP) interp = 1;
+        }
+        if (!interp) res = ROAR_RF_UNTRACEABLE;
+    }
+    sys_close(fd);
+    return res;
+}
+
+/* PATH lookup for the record only; the real execvpe/posix_spawnp do the real search. */
+static const char *path_search(const char *file, char *buf, const char *pathenv) {
+    if (!file || strchr(file, '/')) return file;
+    const char *p = pathenv ? pathenv : "/usr/local/bin:/usr/bin:/bin";
+    size_t fl = strlen(file);
+    while (*p) {
+        const char *e = strchr(p, ':');
+        size_t dl = e ? (size_t)(e - p) : strlen(p);
+        if (dl + 1 + fl < PATH_MAX) {
+            memcpy(buf, dl ? p : ".", dl ? dl : 1);
+            size_t o = dl ? dl : 1;
+            buf[o] = '/';
+            memcpy(buf + o + 1, file, fl + 1);
+            if (syscall(SYS_faccessat, AT_FDCWD, buf, X_OK) == 0) return buf;
+        }
+        if (!e) break;
+        p = e + 1;
+    }
+    return file;
+}
+
+static const char *env_get(char *const *envp, const char *name, size_t nl) {
+    for (; envp && *envp; envp++)
+        if (!strncmp(*envp, name, nl) && (*envp)[nl] == '=') return *envp + nl + 1;
+    return NULL;
+}
+
+/* Does LD_PRELOAD (space or colon separated) already name our library? */
+static int preload_has_us(const char *v) {
+    size_t ll = strlen(g.lib_path);
+    for (const char *p = v; p && *p;) {
+        while (*p == ' ' || *p == ':') p++;
+        const char *e = p;
+        while (*e && *e != ' ' && *e != ':') e++;
+        if ((size_t)(e - p) == ll && !memcmp(p, g.lib_path, ll)) return 1;
+        p = e;
+    }
+    return 0;
+}
+
+#define EXEC_ENV_EXTRA 4
+#define PRELOAD_BUF (PATH_MAX + 4096)
+
+struct exec_env {
+    char preload[PRELOAD_BUF];
+    char session[PATH_MAX + 32];
+    char tag[ROAR_MAX_TAG + 32];
+};
+
+/* Build the child's environment on the stack (this may run in a vfork child, so no
+ * shared state is touched): the caller's entries, minus ROAR_TASK_TAG, with our tag,
+ * LD_PRELOAD and session dir re-added when a launcher dropped them. */
+static void build_env(char **out, size_t cap, char *const *envp, struct exec_env *b) {
+    size_t n = 0;
+    const char *pre = env_get(envp, "LD_PRELOAD", 10);
+    int need_preload = !pre || !preload_has_us(pre);
+    int need_session = !env_get(envp, "ROAR_SESSION_DIR", 16);
+    for (char *const *e = envp; e && *e && n + EXEC_ENV_EXTRA + 1 < cap; e++) {
+        if (!strncmp(*e, "ROAR_TASK_TAG=", 14)) continue;
+        if (need_preload && !strncmp(*e, "LD_PRELOAD=", 11)) continue;
+        out[n++] = *e;
+    }
+    if (need_preload) {
+        char *p = b->preload;
+        size_t ll = strlen(g.lib_path), ol = pre ? strlen(pre) : 0;
+        memcpy(p, "LD_PRELOAD=", 11);
+        memcpy(p + 11, g.lib_path, ll);
+        p[11 + ll] = 0;
+        if (ol && 11 + ll + 1 + ol < PRELOAD_BUF) {
+            p[11 + ll] = ':';
+            memcpy(p + 12 + ll, pre, ol + 1);
+        }
+        out[n++] = p;
+    }
+    if (need_session) {
+        size_t sl = strlen(g.session_dir);
+        memcpy(b->session, "ROAR_SESSION_DIR=", 17);
+        memcpy(b->session + 17, g.session_dir, sl + 1);
+        out[n++] = b->session;
+    }
+    uint32_t rf = 0;
+    uint16_t tl = current_tag(b->tag + 14, &rf);
+    if (tl) {
+        memcpy(b->tag, "ROAR_TASK_TAG=", 14);
+        b->tag[14 + tl] = 0;
+        out[n++] = b->tag;
+    }
+    out[n] = NULL;
+}
+
+static size_t env_count(char *const *envp) {
+    size_t n = 0;
+    while (envp && envp[n]) n++;
+    return n;
+}
+
+static void record_exec(uint16_t op, const char *path, char *const argv[], int64_t result,
+                        int err, uint32_t rflags) {
+    struct ev e = {.op = op, .result = result, .err = err, .rflags = rflags, .argv = argv};
+    e.pid = (uint32_t)syscall(SYS_getpid);
+    e.ppid = (uint32_t)syscall(SYS_getppid);
+    e.tid = (uint32_t)syscall(SYS_gettid);
+    rpath_abs(&e.p1, path);
+    if (!argv) e.argv = (char *const[]){NULL};
+    emit(&e);
+}
+
+static int do_exec(const char *file, char *const argv[], char *const envp[], int search) {
+    if (!g.active || t_busy) {
+        return search ? REAL(execvpe)(file, argv, envp) : REAL(execve)(file, argv, envp);
+    }
+    char pbuf[PATH_MAX];
+    const char *path = search ? path_search(file, pbuf, env_get(envp, "PATH", 4)) : file;
+    int saved = errno;
+    t_busy++;
+    record_exec(ROAR_OP_EXEC, path, argv, 0, 0, probe_untraceable(path, 0));
+    t_busy--;
+    size_t cap = env_count(envp) + EXEC_ENV_EXTRA + 1;
+    char *env[cap];
+    struct exec_env b;
+    build_env(env, cap, envp, &b);
+    errno = saved;
+    int r = search ? REAL(execvpe)(file, argv, env) : REAL(execve)(file, argv, env);
+    saved = errno;
+    t_busy++;
+    record_exec(ROAR_OP_EXEC_FAIL, path, argv, r, saved, 0);
+    t_busy--;
+    errno = saved;
+    return r;
+}
+
+EXPORT int execve(const char *p, char *const argv[], char *const envp[]) {
+    return do_exec(p, argv, envp, 0);
+}
+
+EXPORT int execv(const char *p, char *const argv[]) { return do_exec(p, argv, environ, 0); }
+
+EXPORT int execvp(const char *f, char *const argv[]) { return do_exec(f, argv, environ, 1); }
+
+EXPORT int execvpe(const char *f, char *const argv[], char *const envp[]) {
+    return do_exec(f, argv, envp, 1);
+}
+
+/* execl*: collect the variadic argv on the stack. */
+#define COLLECT_ARGS(arg0, ap, argv, with_env, envp)                          \
+    size_t argc_ = 0;                                                         \
+    /* glibc declares arg nonnull, but callers do pass NULL (empty argv). */  \
+    const char *volatile a0_ = arg0;                                          \
+    va_start(ap, arg0);                                                       \
+    if (a0_)                                                                  \
+        for (argc_ = 1; va_arg(ap, char *); argc_++) {}                       \
+    va_end(ap);                                                               \
+    char *argv[argc_ + 1];                                                    \
+    argv[0] = (char *)arg0;                                                   \
+    va_start(ap, arg0);                                                       \
+    for (size_t i_ = 1; i_ <= argc_; i_++) argv[i_] = va_arg(ap, char *);     \
+    if (with_env) envp = va_arg(ap, char *const *);                           \
+    va_end(ap)
+
+EXPORT int execl(const char *p, const char *arg, ...) {
+    va_list ap;
+    char *const *envp = environ;
+    COLLECT_ARGS(arg, ap, argv, 0, envp);
+    return do_exec(p, argv, envp, 0);
+}
+
+EXPORT int execlp(const char *f, const char *arg, ...) {
+    va_list ap;
+    char *const *envp = environ;
+    COLLECT_ARGS(arg, ap, argv, 0, envp);
+    return do_exec(f, argv, envp, 1);
+}
+
+EXPORT int execle(const char *p, const char *arg, ...) {
+    va_list ap;
+    char *const *envp = NULL;
+    COLLECT_ARGS(arg, ap, argv, 1, envp);
+    return do_exec(p, argv, envp, 0);
+}
+
+static int do_spawn(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
+                    const posix_spawnattr_t *at, char *const argv[], char *const envp[],
+                    int search) {
+    if (!g.active || t_busy)
+        return search ? REAL(posix_spawnp)(pid, file, fa, at, argv, envp)
+                      : REAL(posix_spawn)(pid, file, fa, at, argv, envp);
+    size_t cap = env_count(envp) + EXEC_ENV_EXTRA + 1;
+    char *env[cap];
+    struct exec_env b;
+    build_env(env, cap, envp, &b);
+    pid_t child = -1;
+    int r = search ? REAL(posix_spawnp)(&child, file, fa, at, argv, env)
+                   : REAL(posix_spawn)(&child, file, fa, at, argv, env);
+    if (pid && r == 0) *pid = child;
+    int saved = errno;
+    char pbuf[PATH_MAX];
+    const char *path = search ? path_search(file, pbuf, env_get(envp, "PATH", 4)) : file;
+    t_busy++;
+    struct ev e = {.op = ROAR_OP_SPAWN, .result = r == 0 ? child : -1, .err = r,
+                   .rflags = probe_untraceable(path, 0), .argv = argv};
+    rpath_abs(&e.p1, path);
+    if (!argv) e.argv = (char *const[]){NULL};
+    emit(&e);
+    t_busy--;
+    errno = saved;
+    return r;
+}
+
+EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
+                       const posix_spawnattr_t *at, char *const argv[], char *const envp[]) {
+    return do_spawn(pid, path, fa, at, argv, envp, 0);
+}
+
+EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
+                        const posix_spawnattr_t *at, char *const argv[], char *const envp[]) {
+    return do_spawn(pid, file, fa, at, argv, envp, 1);
+}
+
+/* ------------------------------------------------------------------ log lifecycle */
+
+static void write_start_record(uint32_t origin) {
+    char exe[PATH_MAX];
+    ssize_t n = syscall(SYS_readlink, "/proc/self/exe", exe, sizeof exe - 1);
+    exe[n > 0 ? n : 0] = 0;
+    /* argv from /proc/self/cmdline: NUL-separated already. */
+    char cmd[ROAR_MAX_ARGV + 1];
+    ssize_t cl = 0;
+    if (origin == ROAR_ORIGIN_EXEC) {
+        int fd = sys_open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC, 0);
+        if (fd >= 0) {
+            ssize_t m;
+            while (cl < ROAR_MAX_ARGV &&
+                   (m = syscall(SYS_read, fd, cmd + cl, ROAR_MAX_ARGV - cl)) > 0)
+                cl += m;
+            sys_close(fd);
+        }
+    }
+    cmd[cl] = 0;
+    char *argv[256];
+    size_t na = 0;
+    for (ssize_t i = 0; i < cl && na < 255; na++) {
+        argv[na] = cmd + i;
+        i += (ssize_t)strlen(cmd + i) + 1;
+    }
+    argv[na] = NULL;
+    struct ev e = {.op = ROAR_OP_START, .result = origin, .argv = argv};
+    e.p1.s = exe;
+    e.p1.slen = strlen(exe);
+    emit(&e);
+}
+
+static int log_open(uint32_t origin) {
+    char *p = g.log_path;
+    size_t sl = strlen(g.session_dir);
+    uint64_t mono = now_ns(CLOCK_MONOTONIC), wall = now_ns(CLOCK_REALTIME);
+    if (sl + 64 >= sizeof g.log_path) return -1;
+    memcpy(p, g.session_dir, sl);
+    p += sl;
+    memcpy(p, "/roar-", 6);
+    p = put_u64(p + 6, g.pid);
+    *p++ = '-';
+    p = put_u64(p, mono);
+    memcpy(p, ".log", 5);
+    int fd = sys_open(g.log_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) return -1;
+    uint64_t size = ROAR_HEADER_SIZE + (uint64_t)ROAR_CHUNK;
+    void *h = MAP_FAILED, *c = MAP_FAILED;
+    if (syscall(SYS_ftruncate, fd, size) == 0) {
+        h = mmap(NULL, ROAR_HEADER_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        c = mmap(NULL, ROAR_CHUNK, PROT_READ | PROT_WRITE, MAP_SHARED, fd, ROAR_HEADER_SIZE);
+    }
+    sys_close(fd);
+    if (h == MAP_FAILED || c == MAP_FAILED) {
+        if (h != MAP_FAILED) munmap(h, ROAR_HEADER_SIZE);
+        if (c != MAP_FAILED) munmap(c, ROAR_CHUNK);
+        return -1;
+    }
+    struct roar_log_header *hdr = h;
+    memcpy(hdr->magic, ROAR_LOG_MAGIC, 8);
+    hdr->version = ROAR_LOG_VERSION;
+    hdr->header_size = ROAR_HEADER_SIZE;
+    hdr->chunk_size = ROAR_CHUNK;
+    hdr->origin = origin;
+    hdr->pid = g.pid;
+    hdr->ppid = g.ppid;
+    hdr->start_mono_ns = mono;
+    hdr->start_wall_ns = wall;
+    hdr->dropped = __atomic_exchange_n(&g.dropped_nolog, 0, __ATOMIC_RELAXED);
+    g.file_size = size;
+    g.chunks[0] = c;
+    g.nchunks = 1;
+    __atomic_store_n(&g.hdr, hdr, __ATOMIC_RELEASE);
+    return 0;
+}
+
+static void log_unmap(void) {
+    for (uint32_t k = 0; k < g.nchunks; k++) {
+        if (g.chunks[k]) munmap(g.chunks[k], ROAR_CHUNK);
+        g.chunks[k] = NULL;
+    }
+    g.nchunks = 0;
+    if (g.hdr) munmap(g.hdr, ROAR_HEADER_SIZE);
+    g.hdr = NULL;
+}
+
+static void tag_copy(struct tag_buf *dst, const char *s) {
+    size_t n = cstrlen(s);
+    if (n > ROAR_MAX_TAG) n = ROAR_MAX_TAG;
+    memcpy(dst->s, s, n);
+    dst->s[n] = 0;
+    dst->len = (uint16_t)n;
+}
+
+/* Recompute the process fallback: the single active task's tag, else the base tag.
+ * Called with tags.lock held. */
+static void fallback_update(void) {
+    const struct tag_buf *src = NULL;
+    if (tags.active == 1) {
+        for (int i = 0; i < TAG_SLOTS; i++)
+            if (tags.slot_used[i]) src = &tags.slot[i];
+    } else if (tags.has_base) {
+        src = &tags.base;
+    }
+    if (tags.active == 1 && !src && tags.has_base) src = &tags.base;
+    __atomic_add_fetch(&tags.seq, 1, __ATOMIC_ACQ_REL);
+    tags.fb_valid = src != NULL;
+    if (src) tags.fb = *src;
+    __atomic_add_fetch(&tags.seq, 1, __ATOMIC_RELEASE);
+}
+
+static void after_fork_child(void) {
+    if (!g.configured) return;
+    /* The child has one thread: this one.  Its task becomes the process's base tag. */
+    char tag[ROAR_MAX_TAG + 1];
+    uint32_t rf = 0;
+    uint16_t tl = current_tag(tag, &rf);
+    tag[tl] = 0;
+    log_unmap();
+    g.active = 0;
+    g.pid = (uint32_t)syscall(SYS_getpid);
+    g.ppid = (uint32_t)syscall(SYS_getppid);
+    t_tid = 0;
+    t_has_tag = 0;
+    t_slot = -1;
+    tags.lock = 0;
+    tags.active = 0;
+    memset(tags.slot_used, 0, sizeof tags.slot_used);
+    tags.has_base = tl > 0;
+    if (tl) tag_copy(&tags.base, tag);
+    fallback_update();
+    g.grow_lock = 0;
+    if (log_open(ROAR_ORIGIN_FORK) == 0) {
+        g.active = 1;
+        t_busy++;
+        write_start_record(ROAR_ORIGIN_FORK);
+        t_busy--;
+    }
+}
+
+EXPORT pid_t fork(void) {
+    pid_t r = REAL(fork)();
+    if (r != 0 && recording()) {
+        ENTER(saved);
+        struct ev e = {.op = ROAR_OP_FORK, .result = r, .err = r < 0 ? saved : 0};
+        emit(&e);
+        LEAVE(saved);
+    }
+    return r;
+}
+
+static void resolve_all(void) {
+    (void)REAL(open); (void)REAL(open64); (void)REAL(openat); (void)REAL(openat64);
+    (void)REAL(__open_2); (void)REAL(__open64_2); (void)REAL(__openat_2);
+    (void)REAL(__openat64_2); (void)REAL(creat); (void)REAL(creat64); (void)REAL(fopen);
+    (void)REAL(fopen64); (void)REAL(freopen); (void)REAL(freopen64); (void)REAL(close);
+    (void)REAL(fclose); (void)REAL(rename); (void)REAL(renameat); (void)REAL(renameat2);
+    (void)REAL(link); (void)REAL(linkat); (void)REAL(symlink); (void)REAL(symlinkat);
+    (void)REAL(unlink); (void)REAL(unlinkat); (void)REAL(remove); (void)REAL(truncate);
+    (void)REAL(truncate64); (void)REAL(mkdir); (void)REAL(mkdirat); (void)REAL(rmdir);
+    (void)REAL(execve); (void)REAL(execvpe); (void)REAL(posix_spawn);
+    (void)REAL(posix_spawnp); (void)REAL(fork); (void)REAL(chdir); (void)REAL(fchdir);
+    (void)REAL(dup); (void)REAL(dup2); (void)REAL(dup3);
+}
+
+static int env_true(const char *v) { return v && *v && strcmp(v, "0") && strcasecmp(v, "false"); }
+
+__attribute__((constructor(101))) static void roar_init(void) {
+    resolve_all();
+    Dl_info info;
+    if (dladdr((void *)&roar_init, &info) && info.dli_fname &&
+        strlen(info.dli_fname) < sizeof g.lib_path)
+        strcpy(g.lib_path, info.dli_fname);
+    const char *dir = getenv("ROAR_SESSION_DIR");
+    if (!dir || !*dir || strlen(dir) >= sizeof g.session_dir - 64) return;
+    if (env_true(getenv("ROAR_DISABLE"))) return;
+    strcpy(g.session_dir, dir);
+    g.pid = (uint32_t)syscall(SYS_getpid);
+    g.ppid = (uint32_t)syscall(SYS_getppid);
+    cwd_refresh();
+    const char *tag = getenv("ROAR_TASK_TAG");
+    if (tag && *tag) {
+        tags.has_base = 1;
+        tag_copy(&tags.base, tag);
+        fallback_update();
+    }
+    g.configured = 1;
+    pthread_atfork(NULL, NULL, after_fork_child);
+    if (log_open(ROAR_ORIGIN_EXEC) != 0) {
+        drop();
+        return;
+    }
+    g.active = 1;
+    t_busy++;
+    write_start_record(ROAR_ORIGIN_EXEC);
+    t_busy--;
+}
+
+/* On a normal exit, writable fds still open (e.g. a shell's `>>` redirection on fd 1)
+ * get their final state recorded; after a kill there is no exit record. */
+__attribute__((destructor)) static void roar_fini(void) {
+    if (!recording()) return;
+    ENTER(saved);
+    if (__atomic_load_n(&g.tracked_fds, __ATOMIC_RELAXED) > 0)
+        for (int fd = 0; fd < FD_STATE_MAX; fd++)
+            if (fd_states[fd].track) close_record(fd);
+    struct ev e = {.op = ROAR_OP_EXIT};
+    emit(&e);
+    LEAVE(saved);
+}
+
+/* ------------------------------------------------------------------ task API */
+
+EXPORT int roar_version(void) { return ROAR_LOG_VERSION; }
+
+EXPORT int roar_active(void) { return g.active; }
+
+EXPORT const char *roar_log_path(void) { return g.hdr ? g.log_path : NULL; }
+
+EXPORT uint64_t roar_dropped(void) {
+    return (g.hdr ? __atomic_load_n(&g.hdr->dropped, __ATOMIC_RELAXED) : 0) +
+           __atomic_load_n(&g.dropped_nolog, __ATOMIC_RELAXED);
+}
+
+static void record_task(uint16_t op) {
+    if (!recording()) return;
+    ENTER(saved);
+    struct ev e = {.op = op};
+    emit(&e);
+    LEAVE(saved);
+}
+
+/* Begin a task on the calling thread.  Returns 0, or -1 if the tag is empty or too
+ * long (the caller's tag is then not applied). */
+EXPORT int roar_task_begin(const char *tag) {
+    size_t n = cstrlen(tag);
+    if (!n || n > ROAR_MAX_TAG) return -1;
+    spin_lock(&tags.lock);
+    if (!t_has_tag) {
+        tags.active++;
+        t_slot = -1;
+        for (int i = 0; i < TAG_SLOTS; i++)
+            if (!tags.slot_used[i]) {
+                tags.slot_used[i] = 1;
+                t_slot = i;
+                break;
+            }
+    }
+    if (t_slot >= 0) tag_copy(&tags.slot[t_slot], tag);
+    tag_copy(&t_tag, tag);
+    t_has_tag = 1;
+    fallback_update();
+    spin_unlock(&tags.lock);
+    record_task(ROAR_OP_TASK_BEGIN);
+    return 0;
+}
+
+EXPORT int roar_task_end(void) {
+    if (!t_has_tag) return -1;
+    record_task(ROAR_OP_TASK_END);
+    spin_lock(&tags.lock);
+    tags.active--;
+    if (t_slot >= 0) tags.slot_used[t_slot] = 0;
+    t_slot = -1;
+    t_has_tag = 0;
+    fallback_update();
+    spin_unlock(&tags.lock);
+    return 0;
+}
+
+/* The process's own tag, used by threads outside any task (NULL clears it). */
+EXPORT int roar_process_tag(const char *tag) {
+    if (tag && cstrlen(tag) > ROAR_MAX_TAG) return -1;
+    spin_lock(&tags.lock);
+    tags.has_base = tag && *tag;
+    if (tags.has_base) tag_copy(&tags.base, tag);
+    fallback_update();
+    spin_unlock(&tags.lock);
+    return 0;
+}
+
+/* Records are in the page cache as soon as they are written (readable by other
+ * processes, kept after a kill); flush also makes them durable on disk. */
+EXPORT int roar_flush(void) {
+    int rc = 0;
+    if (!g.hdr) return 0;
+    for (uint32_t k = 0; k < g.nchunks; k++)
+        if (g.chunks[k] && msync(g.chunks[k], ROAR_CHUNK, MS_SYNC) != 0) rc = -1;
+    if (msync(g.hdr, ROAR_HEADER_SIZE, MS_SYNC) != 0) rc = -1;
+    return rc;
+}
