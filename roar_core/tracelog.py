@@ -203,14 +203,16 @@ def read_log(path: str | os.PathLike, start: int = 0, final: bool = True) -> Tra
                 # The file may have been cut (copied, disk full): never read past it.
                 end = min(header.reserved, size - HEADER_SIZE)
                 log = TraceLog(path, header, next_offset=start)
+                last_torn = False
                 for off, rec in _records(buf, end, start, final):
                     log.next_offset = off
-                    if rec is None:
+                    last_torn = rec is None
+                    if last_torn:
                         log.torn += 1
                     else:
                         log.records.append(rec)
-                if final and header.reserved > size - HEADER_SIZE:
-                    log.torn += 1  # the file was cut short inside the reserved space
+                if final and not last_torn and log.next_offset < header.reserved:
+                    log.torn += 1  # the file was cut short at a record boundary
                 return log
     except OSError as e:
         raise TraceLogError(f"{path}: cannot read trace log ({e.strerror or e})") from None
