@@ -1,0 +1,201 @@
+"""The public API the integrations (and the CLI) call.
+
+    roar = Roar()                                   # config from the standard chain
+    wf = roar.start_workflow("my_dag", engine="airflow")
+    task = roar.begin_task("my_dag.extract", engine="airflow", workflow=wf)
+    ...the task runs; its processes carry task.run_id as their tracer tag...
+    roar.end_task(task, "COMPLETE")                 # returns at once
+    roar.finish_workflow(wf, "COMPLETE")
+    roar.finalize(timeout=30)                       # wait for hashing/store/spool
+
+end_task hands the task to a background thread behind a bounded queue: collecting its
+events, classification, hashing, the store and the spool all happen there, so the next
+task is never kept waiting on lineage.  A lineage failure is logged, never raised into
+the user's task.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import socket
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from roar_core import config as config_mod
+from roar_core import emission
+from roar_core.classification import PathFilter
+from roar_core.hashing import Hasher, StatCache
+from roar_core.recorder import RecordedTask, Recorder, TaskMeta, TaskOutcome, now
+from roar_core.session import SessionCollector
+from roar_core.spool import Spool
+from roar_core.store import Store, WorkflowRun
+from roar_core.tracelog import Record
+
+log = logging.getLogger("roar")
+
+RecordsSource = Callable[[str], tuple[list[Record], int]]  # tag -> (records, dropped)
+
+
+@dataclass
+class _Job:
+    meta: TaskMeta
+    outcome: TaskOutcome
+    source: RecordsSource | None
+    done: threading.Event
+    result: RecordedTask | None = None
+    error: str | None = None
+
+
+def default_client(cfg: config_mod.Config):
+    """The OpenLineage client: configured the standard ways when the user configured it;
+    otherwise (embedded defaults) a file transport under the roar home."""
+    from openlineage.client import OpenLineageClient
+    from openlineage.client.transport.file import FileConfig, FileTransport
+
+    configured = any(k.startswith("OPENLINEAGE_") and k != "OPENLINEAGE_NAMESPACE"
+                     for k in os.environ) or Path("openlineage.yml").exists()
+    if configured:
+        return OpenLineageClient()
+    out = cfg.home / "openlineage" / "events.jsonl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return OpenLineageClient(transport=FileTransport(
+        FileConfig(log_file_path=str(out), append=True)))
+
+
+class Roar:
+    def __init__(self, cfg: config_mod.Config | None = None, *,
+                 internal: Iterable[str | os.PathLike] = (), client=None,
+                 progress: Callable[[int, int], None] | None = None,
+                 max_pending: int = 256, use_mmap: bool = True):
+        self.config = cfg or config_mod.load()
+        c = self.config
+        c.home.mkdir(parents=True, exist_ok=True)
+        self.store = Store.open(url=c.database_url, home=c.home)
+        self.spool = Spool(c.spool_dir, client=client or default_client(c)) if c.emit else None
+        self.cache = StatCache(c.statcache_path)
+        self.hasher = Hasher(self.cache, workers=c.hash_workers or None, use_mmap=use_mmap)
+        keep = PathFilter.build([c.home, *internal], c.include, c.exclude)
+        self.recorder = Recorder(self.store, self.spool, self.hasher, keep, c.file_host, progress)
+        self.host = socket.gethostname()
+        self._queue: queue.Queue[_Job | None] = queue.Queue(maxsize=max_pending)
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    # ---- workflow runs ---------------------------------------------------------------
+
+    def start_workflow(self, job_name: str, engine: str, run_id: str | None = None,
+                       facets: dict | None = None) -> emission.RunRef:
+        ref = emission.RunRef(self.config.namespace, job_name, run_id or emission.new_run_id())
+        started = now()
+        self.store.start_workflow_run(WorkflowRun(ref.run_id, engine, ref.namespace, job_name,
+                                                  started, facets or {}))
+        self.recorder.emit(emission.workflow_start(emission.WorkflowLineage(
+            namespace=ref.namespace, job_name=job_name, run_id=ref.run_id, event_time=started)))
+        return ref
+
+    def finish_workflow(self, ref: emission.RunRef, status: str = "COMPLETE",
+                        error: str | None = None) -> None:
+        self.finalize()  # tasks first: their COMPLETE events precede the workflow's
+        ended = now()
+        self.store.finish_workflow_run(ref.run_id, status, ended)
+        w = emission.WorkflowLineage(namespace=ref.namespace, job_name=ref.job_name,
+                                     run_id=ref.run_id, event_time=ended, error_message=error)
+        make = {"COMPLETE": emission.workflow_complete, "FAIL": emission.workflow_fail,
+                "ABORT": emission.workflow_abort}[status]
+        self.recorder.emit(make(w))
+
+    # ---- tasks -----------------------------------------------------------------------
+
+    def begin_task(self, job_name: str, engine: str, *, workflow: emission.RunRef | None = None,
+                   engine_task_id: str | None = None, attempt: int = 0,
+                   parent_run_id: str | None = None, command: list[str] | None = None,
+                   pid: int | None = None, node_id: str | None = None, traced: bool = True,
+                   untraced_reason: str | None = None, run_id: str | None = None,
+                   run_facets: dict | None = None) -> TaskMeta:
+        meta = TaskMeta(
+            run_id=run_id or emission.new_run_id(), engine=engine,
+            namespace=self.config.namespace, job_name=job_name, started_at=now(),
+            engine_task_id=engine_task_id, attempt=attempt, workflow=workflow,
+            parent_run_id=parent_run_id, command=command, host=self.host,
+            pid=pid or os.getpid(), node_id=node_id, traced=traced,
+            untraced_reason=untraced_reason, run_facets=run_facets or {},
+        )
+        if not traced:
+            log.warning("roar: task %s runs UNTRACED: %s", job_name, untraced_reason)
+        self.recorder.started(meta)
+        return meta
+
+    def end_task(self, meta: TaskMeta, status: str = "COMPLETE", *, exit_code: int | None = None,
+                 error: str | None = None, source: RecordsSource | None = None,
+                 wait: bool = False) -> _Job:
+        """Hand a finished task to the background recorder.  `source` gives its records
+        (by tag); without one the task is recorded with no file I/O."""
+        job = _Job(meta, TaskOutcome(status, now(), exit_code, error), source,
+                   threading.Event())
+        self._ensure_thread()
+        self._queue.put(job)
+        if wait:
+            job.done.wait()
+        return job
+
+    def collector_source(self, collector: SessionCollector) -> RecordsSource:
+        def source(tag: str) -> tuple[list[Record], int]:
+            collector.collect()
+            t = collector.take(tag)
+            return t.records, t.dropped
+        return source
+
+    def _ensure_thread(self) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._work, name="roar-recorder",
+                                                daemon=True)
+                self._thread.start()
+
+    def _work(self) -> None:
+        while True:
+            job = self._queue.get()
+            try:
+                if job is None:
+                    return
+                records, dropped = job.source(job.meta.run_id) if job.source else ([], 0)
+                job.outcome.dropped += dropped
+                job.result = self.recorder.record(job.meta, job.outcome, records)
+            except Exception as e:  # lineage must never take the worker down
+                job.error = f"{type(e).__name__}: {e}"
+                log.error("roar: lineage of task %s lost: %s", job.meta.job_name, job.error,
+                          exc_info=log.isEnabledFor(logging.DEBUG))
+            finally:
+                if job is not None:
+                    job.done.set()
+                self._queue.task_done()
+
+    def pending(self) -> int:
+        return self._queue.unfinished_tasks
+
+    def finalize(self, timeout: float | None = 60.0) -> bool:
+        """Wait until every handed-off task is recorded; True if all were in time."""
+        deadline = None if timeout is None else datetime.now(timezone.utc).timestamp() + timeout
+        with self._queue.all_tasks_done:
+            while self._queue.unfinished_tasks:
+                left = None if deadline is None else deadline - datetime.now(
+                    timezone.utc).timestamp()
+                if left is not None and left <= 0:
+                    return False
+                self._queue.all_tasks_done.wait(left)
+        return True
+
+    def close(self, timeout: float = 10.0) -> None:
+        self.finalize(timeout)
+        if self.spool is not None:
+            self.spool.flush(timeout)
+            self.spool.close()
+        self.hasher.close()
+        self.cache.close()
+        self.store.close()
+

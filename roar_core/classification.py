@@ -1,0 +1,287 @@
+"""Classification: a task's events -> inputs, outputs, transient and deleted files.
+
+input     = read, and not created by the task first (an O_RDWR open of an existing file
+            reads its previous version: read-modify-write is an input *and* an output);
+output    = created, truncated, modified or renamed/linked into place, existing at the end;
+transient = created and gone again by the end (rename-into-place keeps only the final name);
+deleted   = existed before, removed by the task.
+Paths are normalised and symlinks resolved here (the shim records them as used); the
+path actually used is kept in `read_via` when it differs.  System, interpreter, cache and
+engine paths and our own files are filtered out; the task's code files are listed apart.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import site
+import stat
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from roar_core.hashing import FileState
+from roar_core.tracelog import RF_EXISTED, RF_MODIFIED, RF_STAT, RF_UNTRACEABLE, Record
+
+O_ACCMODE = os.O_RDONLY | os.O_WRONLY | os.O_RDWR
+O_TMPFILE = getattr(os, "O_TMPFILE", 0o20200000)
+
+SYSTEM_PREFIXES = (
+    b"/usr/", b"/lib/", b"/lib64/", b"/lib32/", b"/bin/", b"/sbin/", b"/etc/", b"/proc/",
+    b"/sys/", b"/dev/", b"/run/", b"/var/lib/", b"/var/cache/", b"/snap/", b"/nix/store/",
+)
+CACHE_PARTS = (b"/__pycache__/", b"/.cache/", b"/.git/", b"/.ipython/", b"/.ruff_cache/",
+               b"/.pytest_cache/", b"/.mypy_cache/")
+CACHE_SUFFIXES = (b".pyc", b".pyo")
+CODE_SUFFIXES = (b".py", b".sh", b".bash", b".r", b".R", b".pl", b".rb", b".jl", b".js",
+                 b".smk", b".ipynb", b".Rmd")
+
+
+def display_name(path: bytes) -> str:
+    """The dataset name for a path: UTF-8, with undecodable bytes escaped as \\xNN so that
+    events and the store (which need valid text) can carry any file name."""
+    return path.decode("utf-8", "backslashreplace")
+
+
+def _interpreter_prefixes() -> tuple[bytes, ...]:
+    dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    try:
+        dirs.update(site.getsitepackages())
+    except AttributeError:  # pragma: no cover - virtualenv's old site module
+        pass
+    if site.ENABLE_USER_SITE and site.USER_SITE:
+        dirs.add(site.USER_SITE)
+    pyenv = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    dirs.add(pyenv)
+    return tuple(os.fsencode(os.path.join(os.path.realpath(d), "")) for d in dirs if d)
+
+
+@dataclass(frozen=True)
+class PathFilter:
+    """Which paths can be lineage.  `internal` holds engine/roar directories (session dir,
+    spool, store, `.snakemake/`, Ray session dirs, AIRFLOW_HOME...)."""
+
+    internal: tuple[bytes, ...] = ()
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    prefixes: tuple[bytes, ...] = field(default_factory=_interpreter_prefixes)
+
+    @classmethod
+    def build(cls, internal: Iterable[str | bytes | os.PathLike] = (),
+              include: Sequence[str] = (), exclude: Sequence[str] = ()) -> PathFilter:
+        dirs = tuple(os.path.join(os.fsencode(os.path.realpath(d)), b"") for d in internal)
+        return cls(dirs, tuple(include), tuple(exclude))
+
+    def keep(self, path: bytes) -> bool:
+        if not path.startswith(b"/") or path.startswith(SYSTEM_PREFIXES):
+            return False
+        if path.startswith(self.prefixes) or path.startswith(self.internal):
+            return False
+        if any(part in path for part in CACHE_PARTS) or path.endswith(CACHE_SUFFIXES):
+            return False
+        if self.include or self.exclude:
+            text = os.fsdecode(path)
+            if self.include and not any(fnmatch.fnmatch(text, g) for g in self.include):
+                return False
+            if any(fnmatch.fnmatch(text, g) for g in self.exclude):
+                return False
+        return True
+
+
+@dataclass
+class FileAccess:
+    path: bytes  # resolved absolute path (what is hashed)
+    name: str  # its dataset name (display_name)
+    role: str  # "input" | "output" | "transient" | "deleted"
+    read_via: list[str] = field(default_factory=list)  # other names it was used under
+    pre_state: FileState | None = None  # inputs also written: the version that was read
+    first_ns: int = 0
+
+
+@dataclass
+class TaskIO:
+    inputs: list[FileAccess] = field(default_factory=list)
+    outputs: list[FileAccess] = field(default_factory=list)
+    transient: list[FileAccess] = field(default_factory=list)
+    deleted: list[FileAccess] = field(default_factory=list)
+    code: list[FileAccess] = field(default_factory=list)
+    commands: list[list[str]] = field(default_factory=list)  # argv of each program run
+    untraceable: list[str] = field(default_factory=list)  # static/setuid programs executed
+
+    def all(self) -> list[FileAccess]:
+        return self.inputs + self.outputs + self.transient + self.deleted
+
+
+@dataclass
+class _State:
+    read_first: bool = False
+    existed: bool | None = None
+    created: bool = False
+    written: bool = False
+    removed: bool = False
+    directory: bool = False
+    baselines: list[tuple[int, int, int]] = field(default_factory=list)
+    pre_state: FileState | None = None
+    via: set[bytes] = field(default_factory=set)
+    first_ns: int = 0
+
+
+class _Resolver:
+    """normpath + symlink resolution with a per-directory cache (tasks touch many files in
+    few directories)."""
+
+    def __init__(self) -> None:
+        self._dirs: dict[bytes, bytes] = {}
+
+    def __call__(self, path: bytes) -> bytes:
+        path = os.path.normpath(path)
+        head, tail = os.path.split(path)
+        real_head = self._dirs.get(head)
+        if real_head is None:
+            real_head = self._dirs[head] = os.path.realpath(head)
+        full = os.path.join(real_head, tail)
+        try:
+            if stat.S_ISLNK(os.lstat(full).st_mode):
+                return os.path.realpath(full)
+        except OSError:
+            pass
+        return full
+
+
+def _stat_of(r: Record) -> FileState | None:
+    if not r.has(RF_STAT):
+        return None
+    return FileState(r.st_dev, r.st_ino, r.st_size, r.st_mtime_ns, r.st_ctime_ns)
+
+
+def classify(records: Iterable[Record], keep: PathFilter) -> TaskIO:
+    """Classify one task's records (time-ordered).  Looks at the file system once at the
+    end (existence, final stat), so call it right after the task ends."""
+    resolve = _Resolver()
+    states: dict[bytes, _State] = {}
+    io = TaskIO()
+
+    def state(raw: bytes, ns: int) -> tuple[bytes, _State] | None:
+        if not raw.startswith(b"/"):
+            return None  # relative to an unknown directory: cannot be placed
+        real = resolve(raw)
+        s = states.get(real)
+        if s is None:
+            s = states[real] = _State(first_ns=ns)
+        norm = os.path.normpath(raw)
+        if norm != real:
+            s.via.add(norm)
+        return real, s
+
+    for r in records:
+        op = r.op_name
+        if op in ("exec", "spawn", "start"):
+            argv = r.argv
+            if argv and op != "start":
+                io.commands.append([display_name(a) for a in argv])
+            if r.path and op != "start" and r.has(RF_UNTRACEABLE):
+                io.untraceable.append(display_name(r.path))
+            continue
+        if not r.ok or not r.path:
+            continue
+        if op == "open":
+            if r.flags & O_TMPFILE == O_TMPFILE:
+                continue
+            got = state(r.path, r.mono_ns)
+            if got is None:
+                continue
+            _, s = got
+            if r.flags & os.O_DIRECTORY:
+                s.directory = True
+                continue
+            acc = r.flags & O_ACCMODE
+            if acc == os.O_RDONLY:
+                if not (s.written or s.created):
+                    s.read_first = True
+                    if s.existed is None:
+                        s.existed = True
+                continue
+            if r.has(RF_EXISTED):
+                if s.existed is None:
+                    s.existed = True
+                if acc == os.O_RDWR and not (r.flags & os.O_TRUNC) and not (
+                    s.written or s.created
+                ):
+                    s.read_first = True
+                if s.pre_state is None and not (s.written or s.created):
+                    s.pre_state = _stat_of(r)
+            elif r.flags & os.O_CREAT:
+                if s.existed is None:
+                    s.existed = False
+                s.created = True
+            s.removed = False
+            if r.flags & os.O_TRUNC or not r.has(RF_EXISTED):
+                s.written = True
+            elif r.has(RF_STAT):
+                s.baselines.append((r.st_size, r.st_mtime_ns, r.st_ctime_ns))
+        elif op == "close":
+            if r.has(RF_MODIFIED) and (got := state(r.path, r.mono_ns)):
+                got[1].written = True
+        elif op in ("rename", "link"):
+            src, dst = state(r.path, r.mono_ns), state(r.path2, r.mono_ns)
+            if dst:
+                d = dst[1]
+                d.written, d.removed = True, False
+                if d.existed is None:
+                    d.existed = False
+                d.created = d.created or not d.existed
+            if src and op == "rename":
+                s = src[1]
+                if s.existed is None:
+                    s.existed = not (s.created or s.written)
+                s.removed = True
+        elif op == "unlink":
+            if got := state(r.path, r.mono_ns):
+                s = got[1]
+                if s.existed is None:
+                    s.existed = True
+                s.removed = True
+        elif op == "truncate":
+            if got := state(r.path, r.mono_ns):
+                s = got[1]
+                if s.existed is None:
+                    s.existed = True
+                s.written, s.removed = True, False
+
+    for path, s in states.items():
+        if s.directory or not keep.keep(path):
+            continue
+        try:
+            st = os.stat(path)
+            exists, is_dir = True, stat.S_ISDIR(st.st_mode)
+        except OSError:
+            st, exists, is_dir = None, False, False
+        if is_dir:
+            continue
+        if not s.written and s.baselines and st is not None:
+            now = (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            s.written = any(b != now for b in s.baselines)
+        via = sorted(display_name(v) for v in s.via if keep.keep(v))
+        name = display_name(path)
+
+        def access(role: str, s: _State = s, via: list[str] = via, name: str = name,
+                   path: bytes = path) -> FileAccess:
+            return FileAccess(path, name, role, via, s.pre_state if role == "input" else None,
+                              s.first_ns)
+
+        is_input = s.read_first and s.existed is not False
+        if is_input:
+            # Code is what the task runs, not what it processes: scripts it read and
+            # never wrote go to the job's code facet.
+            if path.endswith(CODE_SUFFIXES) and not s.written:
+                io.code.append(access("code"))
+                continue
+            io.inputs.append(access("input"))
+        if s.written and exists and not s.removed:
+            io.outputs.append(access("output"))
+        elif not exists and (s.removed or s.written or s.created):
+            if s.existed:
+                io.deleted.append(access("deleted"))
+            elif s.created or s.written:
+                io.transient.append(access("transient"))
+    return io

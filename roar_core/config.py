@@ -1,0 +1,164 @@
+"""Configuration: one precedence chain, written down once.
+
+    1. built-in defaults
+    2. `[tool.roar]` in the project's pyproject.toml
+    3. `.roar/config.toml` of the project
+    4. environment variables (ROAR_<KEY>, e.g. ROAR_DATABASE_URL)
+    5. explicit overrides passed by the caller (CLI flags, integration settings)
+
+The project root is the nearest directory, from the working directory up, holding a
+`.roar/` directory or a pyproject.toml with a `[tool.roar]` table; otherwise the
+working directory.  OpenLineage transport settings are *not* ours: they follow the
+openlineage-python conventions (openlineage.yml, OPENLINEAGE_URL, ...).  Unknown keys
+are an error that names the key, so a typo never silently does nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+class ConfigError(ValueError):
+    """Bad configuration; the message is one line and names the offending key or file."""
+
+
+@dataclass(frozen=True)
+class Config:
+    home: Path = Path(".roar")  # store, stat cache, spool, sessions
+    database_url: str | None = None  # None: SQLite under home
+    namespace: str = "roar"  # OpenLineage job namespace
+    file_host: str | None = None  # "file://<host>" dataset namespace for non-shared disks
+    include: tuple[str, ...] = ()  # globs: only these paths are lineage (empty: all)
+    exclude: tuple[str, ...] = ()  # globs never recorded as lineage
+    hash_workers: int = 0  # 0: a sensible default for this machine
+    emit: bool = True  # send OpenLineage events (always spooled first)
+    disabled: bool = False  # kill switch: run tasks untraced and record nothing
+    project_root: Path = field(default=Path("."), compare=False)
+
+    @property
+    def spool_dir(self) -> Path:
+        return self.home / "spool"
+
+    @property
+    def sessions_dir(self) -> Path:
+        return self.home / "sessions"
+
+    @property
+    def statcache_path(self) -> Path:
+        return self.home / "statcache.db"
+
+
+_KEYS = {f.name: f for f in fields(Config) if f.name != "project_root"}
+_ENV_PREFIX = "ROAR_"
+# Environment variables that are ours but not config keys (tracer/session plumbing).
+_ENV_NOT_KEYS = {
+    "ROAR_SESSION_DIR", "ROAR_TASK_TAG", "ROAR_DISABLE", "ROAR_PRELOAD_LIB",
+}
+
+
+def _coerce(key: str, value: Any, source: str) -> Any:
+    kind = _KEYS[key].type
+    try:
+        if kind in ("bool",):
+            if isinstance(value, bool):
+                return value
+            v = str(value).strip().lower()
+            if v in ("1", "true", "yes", "on"):
+                return True
+            if v in ("0", "false", "no", "off", ""):
+                return False
+            raise ValueError(value)
+        if kind == "int":
+            return int(value)
+        if kind == "Path":
+            return Path(os.path.expanduser(str(value)))
+        if kind == "tuple[str, ...]":
+            if isinstance(value, str):
+                return tuple(v for v in value.replace(",", os.pathsep).split(os.pathsep) if v)
+            if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+                return tuple(value)
+            raise ValueError(value)
+        if kind in ("str", "str | None"):
+            if value is None or isinstance(value, str | int | float):
+                return None if value is None else str(value)
+            raise ValueError(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{source}: bad value for '{key}': {value!r}") from None
+    return value
+
+
+def _check_keys(table: dict[str, Any], source: str) -> dict[str, Any]:
+    for key in table:
+        if key not in _KEYS:
+            valid = ", ".join(sorted(_KEYS))
+            raise ConfigError(f"{source}: unknown key '{key}' (valid keys: {valid})")
+    return {k: _coerce(k, v, source) for k, v in table.items()}
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: invalid TOML ({e})") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
+
+
+def find_project_root(start: Path) -> Path:
+    for d in [start, *start.parents]:
+        if (d / ".roar").is_dir():
+            return d
+        py = d / "pyproject.toml"
+        if py.is_file() and "tool" in (t := _read_toml(py)) and "roar" in t["tool"]:
+            return d
+    return start
+
+
+def _env_values(env: dict[str, str] | os._Environ) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in env.items():
+        if not name.startswith(_ENV_PREFIX) or name in _ENV_NOT_KEYS:
+            continue
+        key = name[len(_ENV_PREFIX):].lower()
+        if key not in _KEYS:
+            valid = ", ".join(sorted(_ENV_PREFIX + k.upper() for k in _KEYS))
+            raise ConfigError(f"environment: unknown variable '{name}' (valid: {valid})")
+        out[key] = _coerce(key, value, f"environment {name}")
+    return out
+
+
+def load(
+    cwd: Path | None = None,
+    env: dict[str, str] | os._Environ | None = None,
+    **overrides: Any,
+) -> Config:
+    """Resolve the configuration through the chain in the module docstring."""
+    env = os.environ if env is None else env
+    cwd = (cwd or Path.cwd()).resolve()
+    root = find_project_root(cwd)
+    values: dict[str, Any] = {}
+    py = root / "pyproject.toml"
+    if py.is_file():
+        table = _read_toml(py).get("tool", {}).get("roar", {})
+        values.update(_check_keys(table, f"{py} [tool.roar]"))
+    local = root / ".roar" / "config.toml"
+    if local.is_file():
+        values.update(_check_keys(_read_toml(local), str(local)))
+    values.update(_env_values(env))
+    values.update(_check_keys({k: v for k, v in overrides.items() if v is not None},
+                              "arguments"))
+    cfg = Config(project_root=root, **values)
+    home = cfg.home if cfg.home.is_absolute() else root / cfg.home
+    if not cfg.namespace:
+        raise ConfigError("namespace: must not be empty (Marquez breaks on empty names)")
+    return replace(cfg, home=home)

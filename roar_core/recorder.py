@@ -1,0 +1,216 @@
+"""Recording one finished task: classification -> hashing -> store -> emission.
+
+Pure plumbing between the steps: each step's module does the work.  The join by
+content hash lives here because it needs both the store and the emitter: an input
+whose digest was recorded as an output under another name is published under the
+producer's identity, with the path actually read in `symlinks`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from roar_core import emission
+from roar_core.classification import FileAccess, PathFilter, TaskIO, classify
+from roar_core.hashing import Hasher, HashResult
+from roar_core.redact import redact_argv
+from roar_core.spool import Spool
+from roar_core.store import Access, CodeFile, Store
+from roar_core.tracelog import Record
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TaskMeta:
+    """What the integration knows about a task (identity and naming); the core does the rest."""
+
+    run_id: str  # also the tracer tag
+    engine: str
+    namespace: str
+    job_name: str
+    started_at: datetime
+    engine_task_id: str | None = None
+    attempt: int = 0
+    workflow: emission.RunRef | None = None
+    parent_run_id: str | None = None
+    command: list[str] | None = None
+    host: str | None = None
+    pid: int | None = None
+    node_id: str | None = None
+    traced: bool = True
+    untraced_reason: str | None = None
+    engine_version: emission.Engine | None = None
+    run_facets: dict = field(default_factory=dict)
+    io_check: emission.IOCheck | None = None
+
+
+@dataclass
+class TaskOutcome:
+    status: str  # COMPLETE | FAIL | ABORT
+    ended_at: datetime
+    exit_code: int | None = None
+    error: str | None = None
+    dropped: int = 0
+
+
+@dataclass
+class RecordedTask:
+    meta: TaskMeta
+    outcome: TaskOutcome
+    io: TaskIO
+    hashes: dict[bytes, HashResult]
+    inputs: list[emission.Dataset]
+    outputs: list[emission.Dataset]
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _task_info(meta: TaskMeta, dropped: int, command: list[str] | None) -> emission.TaskInfo:
+    return emission.TaskInfo(
+        engine=meta.engine, engine_task_id=meta.engine_task_id or meta.run_id,
+        host=meta.host or "", pid=meta.pid or 0, attempt=meta.attempt, node_id=meta.node_id,
+        traced=meta.traced, untraced_reason=meta.untraced_reason, dropped_events=dropped,
+        command=command, parent_task_id=meta.parent_run_id,
+    )
+
+
+def lineage_of(meta: TaskMeta, outcome: TaskOutcome | None = None,
+               inputs: list[emission.Dataset] | None = None,
+               outputs: list[emission.Dataset] | None = None) -> emission.TaskLineage:
+    command = redact_argv(meta.command) if meta.command else None
+    return emission.TaskLineage(
+        namespace=meta.namespace, job_name=meta.job_name, run_id=meta.run_id,
+        event_time=outcome.ended_at if outcome else meta.started_at,
+        parent=meta.workflow, root=meta.workflow, engine=meta.engine_version,
+        error_message=outcome.error if outcome else None,
+        run_facets=meta.run_facets, inputs=inputs or [], outputs=outputs or [],
+        task=_task_info(meta, outcome.dropped if outcome else 0, command), io=meta.io_check,
+    )
+
+
+class Recorder:
+    """Turns finished tasks into stored lineage and spooled events (thread-safe)."""
+
+    def __init__(self, store: Store, spool: Spool | None, hasher: Hasher, keep: PathFilter,
+                 file_host: str | None = None,
+                 progress: Callable[[int, int], None] | None = None):
+        self.store, self.spool, self.hasher, self.keep = store, spool, hasher, keep
+        self.file_host = file_host
+        self.progress = progress
+
+    def emit(self, event) -> None:
+        if self.spool is not None:
+            self.spool.append(event)
+
+    def started(self, meta: TaskMeta) -> None:
+        from roar_core.store import TaskRun
+
+        self.store.start_task_run(TaskRun(
+            run_id=meta.run_id, engine=meta.engine, namespace=meta.namespace,
+            job_name=meta.job_name, started_at=meta.started_at,
+            workflow_run_id=meta.workflow.run_id if meta.workflow else None,
+            parent_run_id=meta.parent_run_id, engine_task_id=meta.engine_task_id,
+            attempt=meta.attempt, host=meta.host or "", pid=meta.pid or 0,
+            command=redact_argv(meta.command or []), traced=meta.traced,
+            untraced_reason=meta.untraced_reason,
+        ))
+        self.emit(emission.start_event(lineage_of(meta)))
+
+    def _dataset(self, name: str, digest: str | None, size: int | None,
+                 lifecycle: str | None = None, via: list[str] | None = None) -> emission.Dataset:
+        ns, ds_name = emission.file_dataset(name, self.file_host)
+        symlinks = [emission.file_dataset(v, self.file_host) for v in via or []]
+        return emission.Dataset(ns, ds_name, digest=digest, size=size, symlinks=symlinks,
+                                lifecycle=lifecycle)
+
+    def _input_dataset(self, a: FileAccess, digest: str | None, size: int | None,
+                       run_id: str) -> tuple[emission.Dataset, str | None]:
+        """The input's identity: its own path if that version is known there, else the
+        producer's name for the same content (the join by content hash)."""
+        if digest:
+            own = self.store.latest_version(a.name)
+            if own is None or own.digest.removeprefix("blake3:") != digest:
+                prod = self.store.producer_of(digest, exclude_run=run_id)
+                if prod is not None and prod.uri != a.name:
+                    ds = emission.Dataset(prod.dataset_namespace, prod.dataset_name,
+                                          digest=digest, size=size,
+                                          symlinks=[emission.file_dataset(a.name, self.file_host)])
+                    return ds, a.name
+        return self._dataset(a.name, digest, size, via=a.read_via), (
+            a.read_via[0] if a.read_via else None)
+
+    def _previous_digest(self, a: FileAccess) -> str | None:
+        """Digest of the version a task found before overwriting it: from the stat cache,
+        else from the store's last recorded version when size and mtime still match (the
+        cache skips files changed within its racy window, e.g. just written by the
+        previous task)."""
+        pre = a.pre_state
+        if pre is None:
+            return None
+        if self.hasher.cache is not None and (d := self.hasher.cache.get(pre)):
+            return d
+        v = self.store.latest_version(a.name)
+        if v is not None and v.size == pre.size and v.mtime_ns == pre.mtime_ns:
+            return v.digest.removeprefix("blake3:")
+        return None
+
+    def record(self, meta: TaskMeta, outcome: TaskOutcome, records: list[Record],
+               untraceable: list[str] | None = None) -> RecordedTask:
+        io = classify(records, self.keep) if meta.traced else TaskIO()
+        if untraceable:
+            io.untraceable.extend(untraceable)
+        if io.untraceable and meta.traced:
+            meta.traced = False
+            meta.untraced_reason = "ran programs the preload tracer cannot see: " + ", ".join(
+                sorted(set(io.untraceable)))
+            log.warning("roar: task %s %s", meta.job_name, meta.untraced_reason)
+        if meta.command is None and io.commands:
+            meta.command = io.commands[0]
+        paths = [a.path for a in io.inputs + io.outputs + io.code]
+        hashes = self.hasher.hash_files(paths, progress=self.progress) if paths else {}
+
+        accesses: list[Access] = []
+        inputs: list[emission.Dataset] = []
+        outputs: list[emission.Dataset] = []
+        for a in io.inputs:
+            h = hashes.get(a.path)
+            digest, size = (h.digest, h.size) if h else (None, None)
+            if a.pre_state is not None and h is not None and h.state != a.pre_state:
+                # Read-modify-write: the version read is the one before the task wrote it.
+                digest, size = self._previous_digest(a), a.pre_state.size
+            ds, path_read = self._input_dataset(a, digest, size, meta.run_id)
+            inputs.append(ds)
+            accesses.append(Access(uri=a.name, role="input", digest=digest, size=size,
+                                   path_read=path_read))
+        for a in io.outputs:
+            h = hashes.get(a.path)
+            lifecycle = "OVERWRITE" if a.pre_state is not None else "CREATE"
+            outputs.append(self._dataset(a.name, h.digest if h else None,
+                                         h.size if h else None, lifecycle))
+            accesses.append(Access(uri=a.name, role="output", digest=h.digest if h else None,
+                                   size=h.size if h else None,
+                                   mtime_ns=h.state.mtime_ns if h else None))
+        for a in io.deleted:
+            outputs.append(self._dataset(a.name, None, None, "DROP"))
+            accesses.append(Access(uri=a.name, role="deleted", digest=None))
+        for a in io.transient:
+            accesses.append(Access(uri=a.name, role="transient", digest=None))
+
+        code = [CodeFile(a.name, hashes[a.path].digest) for a in io.code if a.path in hashes]
+        if accesses:
+            self.store.record_accesses(meta.run_id, accesses)
+        self.store.finish_task_run(meta.run_id, outcome.status, outcome.ended_at,
+                                   exit_code=outcome.exit_code, error_message=outcome.error,
+                                   dropped_events=outcome.dropped, code=code,
+                                   traced=meta.traced, untraced_reason=meta.untraced_reason)
+        lineage = lineage_of(meta, outcome, inputs, outputs)
+        make = {"COMPLETE": emission.complete_event, "FAIL": emission.fail_event,
+                "ABORT": emission.abort_event}[outcome.status]
+        self.emit(make(lineage))
+        return RecordedTask(meta, outcome, io, hashes, inputs, outputs)

@@ -1,0 +1,208 @@
+"""Classification cases from DESIGN.md, on real traced runs (the shim, not fake records)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from roar_core import tracelog, tracer
+from roar_core.attribution import attribute
+from roar_core.classification import PathFilter, TaskIO, classify
+
+
+def traced_io(tmp_path: Path, script: str, keep: PathFilter | None = None,
+              setup=None) -> tuple[TaskIO, Path]:
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    session = tmp_path / "session"
+    session.mkdir(exist_ok=True)
+    if setup:
+        setup(work)
+    prog = work / "step.py"
+    prog.write_text(textwrap.dedent(script))
+    env = tracer.preload_env(session, tag="task")
+    p = subprocess.run([sys.executable, str(prog)], cwd=work, env=env, capture_output=True,
+                       text=True)
+    assert p.returncode == 0, p.stderr
+    tasks = attribute(tracelog.read_session(session).logs)
+    assert set(tasks) == {"task"}
+    return classify(tasks["task"].records, keep or PathFilter.build([session])), work
+
+
+def names(accesses) -> list[str]:
+    return sorted(Path(a.name).name for a in accesses)
+
+
+def test_input_and_output(tmp_path):
+    io, _ = traced_io(tmp_path, """
+        data = open("in.txt").read()
+        open("out.txt", "w").write(data.upper())
+    """, setup=lambda w: (w / "in.txt").write_text("abc"))
+    assert names(io.inputs) == ["in.txt"] and names(io.outputs) == ["out.txt"]
+    assert not io.transient and not io.deleted
+
+
+def test_rename_into_place_keeps_only_the_final_path(tmp_path):
+    io, _ = traced_io(tmp_path, """
+        import os
+        with open("result.tmp", "w") as f:
+            f.write("final")
+        os.replace("result.tmp", "result.txt")
+    """)
+    assert names(io.outputs) == ["result.txt"]
+    assert names(io.transient) == ["result.tmp"]
+    assert not io.inputs and not io.deleted
+
+
+def test_created_then_unlinked_is_transient(tmp_path):
+    io, _ = traced_io(tmp_path, """
+        import os
+        open("scratch", "w").write("x")
+        open("scratch").read()
+        os.unlink("scratch")
+    """)
+    assert names(io.transient) == ["scratch"]
+    assert not io.inputs and not io.outputs and not io.deleted
+
+
+def test_deleting_a_pre_existing_file(tmp_path):
+    io, _ = traced_io(tmp_path, """
+        import os
+        os.unlink("old.txt")
+    """, setup=lambda w: (w / "old.txt").write_text("old"))
+    assert names(io.deleted) == ["old.txt"] and not io.outputs
+
+
+def test_read_modify_write_is_input_and_output_with_previous_state(tmp_path):
+    def setup(w):
+        (w / "counter").write_text("41")
+
+    io, work = traced_io(tmp_path, """
+        with open("counter", "r+") as f:
+            n = int(f.read())
+            f.seek(0)
+            f.write(str(n + 1))
+    """, setup=setup)
+    assert names(io.inputs) == ["counter"] and names(io.outputs) == ["counter"]
+    pre = io.inputs[0].pre_state
+    assert pre is not None and pre.size == 2
+    assert (work / "counter").read_text() == "42"
+
+
+def test_open_for_update_without_writing_is_not_an_output(tmp_path):
+    io, _ = traced_io(tmp_path, """
+        with open("f", "r+") as f:
+            f.read()
+    """, setup=lambda w: (w / "f").write_text("same"))
+    assert names(io.inputs) == ["f"] and not io.outputs
+
+
+def test_append_is_output_not_input(tmp_path):
+    io, _ = traced_io(tmp_path, """
+        open("log.txt", "a").write("more")
+    """, setup=lambda w: (w / "log.txt").write_text("start"))
+    assert names(io.outputs) == ["log.txt"] and not io.inputs
+
+
+def test_subprocess_io_belongs_to_the_task(tmp_path):
+    io, _ = traced_io(tmp_path, """
+        import subprocess
+        subprocess.run(["cp", "a", "b"], check=True)
+        subprocess.run("cat b > c", shell=True, check=True)
+    """, setup=lambda w: (w / "a").write_text("A"))
+    assert names(io.inputs) == ["a"] and names(io.outputs) == ["b", "c"]
+    assert ["cp", "a", "b"] in io.commands
+
+
+def test_symlink_read_resolves_to_target_and_keeps_the_path_used(tmp_path):
+    def setup(w):
+        (w / "target.txt").write_text("t")
+        os.symlink("target.txt", w / "alias.txt")
+
+    io, work = traced_io(tmp_path, "open('alias.txt').read()", setup=setup)
+    (inp,) = io.inputs
+    assert inp.name == str(work / "target.txt")
+    assert inp.read_via == [str(work / "alias.txt")]
+
+
+def test_hard_link_is_an_output(tmp_path):
+    io, _ = traced_io(tmp_path, "import os; os.link('a', 'b')",
+                      setup=lambda w: (w / "a").write_text("a"))
+    assert names(io.outputs) == ["b"]
+
+
+def test_script_is_code_not_data(tmp_path):
+    def setup(w):
+        (w / "helper.py").write_text("VALUE = 1\n")
+        (w / "in.txt").write_text("i")
+
+    io, _ = traced_io(tmp_path, """
+        import sys; sys.path.insert(0, ".")
+        import helper
+        open("in.txt").read()
+    """, setup=setup)
+    assert names(io.code) == ["helper.py", "step.py"]
+    assert names(io.inputs) == ["in.txt"]
+
+
+def test_filters_system_interpreter_cache_internal_and_user_globs(tmp_path):
+    internal = tmp_path / "internal"
+    internal.mkdir()
+    (internal / "state").write_text("s")
+
+    def setup(w):
+        (w / "keep.txt").write_text("k")
+        (w / "skip.log").write_text("l")
+        (w / "__pycache__").mkdir()
+        (w / "__pycache__" / "x.pyc").write_bytes(b"c")
+
+    keep = PathFilter.build([tmp_path / "session", internal], exclude=["*.log"])
+    io, _ = traced_io(tmp_path, f"""
+        import json, os
+        for p in ["/etc/hostname", "/usr/lib/os-release", json.__file__,
+                  "__pycache__/x.pyc", "skip.log", "keep.txt", {str(internal / 'state')!r}]:
+            if os.path.exists(p):
+                open(p, "rb").read()
+        open("/dev/null", "w").write("x")
+    """, keep=keep, setup=setup)
+    assert names(io.inputs) == ["keep.txt"] and not io.outputs
+
+
+def test_include_globs_restrict(tmp_path):
+    def setup(w):
+        (w / "data").mkdir()
+        (w / "data" / "a.csv").write_text("a")
+        (w / "other.txt").write_text("o")
+
+    keep = PathFilter.build([tmp_path / "session"], include=[f"{tmp_path}/work/data/*"])
+    io, _ = traced_io(tmp_path, "open('data/a.csv').read(); open('other.txt').read()",
+                      keep=keep, setup=setup)
+    assert names(io.inputs) == ["a.csv"]
+
+
+def test_directories_are_not_datasets(tmp_path):
+    io, _ = traced_io(tmp_path, """
+        import os
+        os.makedirs("d/e")
+        os.listdir("d")
+        open("d/e/f", "w").write("f")
+    """)
+    assert names(io.outputs) == ["f"] and not io.inputs
+
+
+def test_non_utf8_names_are_escaped_text(tmp_path):
+    io, work = traced_io(tmp_path, "open(b'caf\\xe9.txt', 'w').write('x')")
+    (out,) = io.outputs
+    assert out.path == bytes(work) + b"/caf\xe9.txt"
+    assert out.name == str(work) + "/caf\\xe9.txt" and out.name.encode("utf-8")
+
+
+@pytest.mark.parametrize("mode", ["w", "x"])
+def test_created_file_is_never_an_input_even_if_read_back(tmp_path, mode):
+    io, _ = traced_io(tmp_path, f"open('n', '{mode}').write('1'); open('n').read()")
+    assert names(io.outputs) == ["n"] and not io.inputs

@@ -1,0 +1,438 @@
+"""Tests for roar_core.hashing and its stat cache, on real files."""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import mmap
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from blake3 import blake3
+
+from roar_core import hashing
+from roar_core.hashing import FileState, Hasher, HashResult, StatCache, blake3_file
+
+REPO = Path(__file__).resolve().parents[2]
+MiB = 1024 * 1024
+
+
+def b3(data: bytes) -> str:
+    return blake3(data).hexdigest()
+
+
+def write(path: Path, data: bytes) -> str:
+    path.write_bytes(data)
+    return str(path)
+
+
+def pseudo_random(size: int) -> bytes:
+    # Repeating 1 MiB of urandom: large files without paying for urandom or a simple pattern.
+    block = os.urandom(min(size, MiB))
+    return (block * (size // MiB + 1))[:size]
+
+
+@pytest.fixture
+def cache(tmp_path: Path):
+    with StatCache(tmp_path / "cache" / "stat.sqlite") as c:
+        yield c
+
+
+# --- digests --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [0, 1, MiB])
+def test_digest_matches_blake3(tmp_path: Path, size: int) -> None:
+    data = os.urandom(size)
+    path = write(tmp_path / "f.bin", data)
+    with Hasher() as hasher:
+        result = hasher.hash_file(path)
+        assert result is not None
+        assert result.digest == b3(data)
+        assert (result.size, result.stable, result.cached) == (size, True, False)
+        assert result.state == FileState.of(os.stat(path))
+        assert hasher.hash_files([path])[path].digest == b3(data)
+    assert blake3_file(path) == b3(data)
+
+
+def test_big_file_uses_mmap_and_matches(tmp_path: Path, monkeypatch) -> None:
+    data = pseudo_random(100 * MiB)
+    path = write(tmp_path / "big.bin", data)
+    expected = b3(data)
+    maps = []
+    real_mmap = mmap.mmap
+
+    def spy(*args, **kwargs):
+        maps.append(args)
+        return real_mmap(*args, **kwargs)
+
+    monkeypatch.setattr(mmap, "mmap", spy)
+    with Hasher() as hasher:
+        result = hasher.hash_file(path)
+    assert result is not None and result.digest == expected and result.size == len(data)
+    assert len(maps) == 1, "a 100 MiB file must take the big-file (mmap) path"
+    with Hasher(use_mmap=False) as hasher:  # chunked-read fallback
+        assert hasher.hash_file(path).digest == expected
+    assert len(maps) == 1
+
+
+@pytest.mark.parametrize("use_mmap", [True, False])
+def test_big_file_path_odd_sizes(tmp_path: Path, use_mmap: bool) -> None:
+    # A tiny big_file threshold sends page-unaligned sizes through the mmap and chunked paths.
+    with Hasher(big_file=4096, use_mmap=use_mmap) as hasher:
+        for size in (4096, 4097, 10_007, 3 * 4096 + 1):
+            data = os.urandom(size)
+            path = write(tmp_path / f"f{size}", data)
+            assert hasher.hash_file(path).digest == b3(data), size
+
+
+def test_file_growing_beyond_stat_size_is_hashed_to_eof(tmp_path: Path) -> None:
+    data = os.urandom(5000)
+    path = write(tmp_path / "f", data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        # fstat said 100 bytes, the file holds 5000: the read must not stop at 100.
+        assert hashing._digest_fd(fd, 100) == (b3(data), 5000)
+    finally:
+        os.close(fd)
+
+
+# --- paths that are not regular files -------------------------------------------------------
+
+
+@pytest.mark.timeout(10)  # opening a FIFO without O_NONBLOCK would hang
+def test_missing_directory_fifo_return_none(tmp_path: Path, cache: StatCache) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    (tmp_path / "dir").mkdir()
+    good = write(tmp_path / "ok", b"ok")
+    odd = [str(tmp_path / "missing"), str(tmp_path / "dir"), str(fifo), "bad\0path"]
+    for hasher in (Hasher(), Hasher(cache)):
+        with hasher:
+            for path in odd:
+                assert hasher.hash_file(path) is None, path  # a FIFO must not block either
+            assert list(hasher.hash_files([*odd, good])) == [good]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
+def test_unreadable_file_returns_none(tmp_path: Path) -> None:
+    path = write(tmp_path / "secret", b"x")
+    os.chmod(path, 0)
+    with Hasher() as hasher:
+        assert hasher.hash_file(path) is None
+
+
+def test_read_error_returns_none(tmp_path: Path, cache: StatCache) -> None:
+    path = write(tmp_path / "f", b"x")
+
+    class FailingDisk(Hasher):
+        def _hash_fd(self, fd: int, size: int):
+            raise OSError(errno.EIO, "Input/output error")
+
+    with FailingDisk(cache) as hasher:
+        assert hasher.hash_file(path) is None
+        assert hasher.hash_files([path]) == {}
+
+
+def test_blake3_file_refuses_what_is_not_a_regular_file(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo")
+    for path in (tmp_path / "fifo", tmp_path, tmp_path / "missing"):
+        with pytest.raises(OSError):
+            blake3_file(path)
+
+
+def test_non_utf8_bytes_paths_keep_their_type(tmp_path: Path, cache: StatCache) -> None:
+    root = os.fsencode(tmp_path)
+    raw = os.path.join(root, b"caf\xe9-\xff\xfe.bin")  # latin-1 name, invalid UTF-8
+    with open(raw, "wb") as f:
+        f.write(b"bytes name")
+    text = write(tmp_path / "plain.txt", b"str name")
+    with Hasher(cache, racy_window_ns=0) as hasher:
+        result = hasher.hash_file(raw)
+        assert result.path == raw and result.digest == b3(b"bytes name")
+        results = hasher.hash_files([raw, text])
+        assert set(results) == {raw, text}
+        assert isinstance(results[raw].path, bytes) and isinstance(results[text].path, str)
+        assert results[raw].cached  # same inode as the first call
+        assert results[text].digest == b3(b"str name")
+    assert blake3_file(raw) == b3(b"bytes name")
+
+
+# --- stat cache -----------------------------------------------------------------------------
+
+HASH_TWICE = """
+import json, sys
+from roar_core.hashing import Hasher, StatCache
+path, cache_path, times = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with StatCache(cache_path) as cache, Hasher(cache, racy_window_ns=0) as hasher:
+    results = [hasher.hash_file(path) for _ in range(times)]
+print(json.dumps([[r.digest, r.cached] for r in results]))
+"""
+
+
+def traced_opens(tmp_path: Path, target: str, cache_path: Path, times: int, tag: str):
+    """Run HASH_TWICE under strace; (its results, how often it opened ``target``)."""
+    log = tmp_path / f"strace-{tag}.txt"
+    cmd = ["strace", "-f", "-qq", "-e", "trace=openat,open", "-o", str(log)]
+    cmd += [sys.executable, "-c", HASH_TWICE, target, str(cache_path), str(times)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
+    if proc.returncode != 0 and "ptrace" in proc.stderr.lower():
+        pytest.skip(f"strace cannot trace here: {proc.stderr.strip()}")
+    assert proc.returncode == 0, proc.stderr
+    opens = [line for line in log.read_text().splitlines() if f'"{target}"' in line]
+    return json.loads(proc.stdout), opens
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace")
+def test_cache_hit_opens_nothing_even_across_processes(tmp_path: Path) -> None:
+    data = os.urandom(10_000)
+    target = write(tmp_path / "input-7f3a.bin", data)
+    cache_path = tmp_path / "node-cache.sqlite"
+
+    results, opens = traced_opens(tmp_path, target, cache_path, times=2, tag="first")
+    assert results == [[b3(data), False], [b3(data), True]]
+    assert len(opens) == 1, opens
+
+    # A second process sharing the cache file gets the hit without opening the file at all.
+    results, opens = traced_opens(tmp_path, target, cache_path, times=1, tag="second")
+    assert results == [[b3(data), True]]
+    assert opens == []
+
+
+def test_modified_file_misses_the_cache(tmp_path: Path, cache: StatCache) -> None:
+    path = write(tmp_path / "f", b"version 1")
+    with Hasher(cache, racy_window_ns=0) as hasher:
+        first = hasher.hash_file(path)
+        assert not first.cached and hasher.hash_file(path).cached
+        st = os.stat(path)
+        Path(path).write_bytes(b"version 2")  # same size
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # and the old mtime, as rsync -t
+        second = hasher.hash_file(path)
+    # Only ctime tells the versions apart; it must be part of the key.
+    assert second.state.mtime_ns == first.state.mtime_ns
+    assert (second.digest, second.cached) == (b3(b"version 2"), False)
+
+
+def test_recently_changed_file_is_not_cached(tmp_path: Path, cache: StatCache) -> None:
+    path = write(tmp_path / "f", b"fresh")
+    with Hasher(cache, racy_window_ns=10**12) as hasher:  # everything counts as recent
+        assert hasher.hash_file(path).stable
+        assert not hasher.hash_file(path).cached
+    with Hasher(cache, racy_window_ns=0) as hasher:
+        hasher.hash_file(path)
+        assert hasher.hash_file(path).cached
+
+
+def test_hash_files_uses_and_fills_the_cache(tmp_path: Path, cache: StatCache) -> None:
+    sizes = [0, 1, 100, 70_000, 200_000, 300_000]  # some go to the pool (>= 64 KiB)
+    files = {write(tmp_path / f"f{i}", os.urandom(s)): s for i, s in enumerate(sizes)}
+    seen = []
+    with Hasher(cache, workers=3, racy_window_ns=0) as hasher:
+        cold = hasher.hash_files(files, progress=lambda d, t: seen.append((d, t)))
+        warm = hasher.hash_files(list(files) * 2, progress=lambda d, t: seen.append((d, t)))
+    assert not any(r.cached for r in cold.values()) and all(r.cached for r in warm.values())
+    for path in files:
+        assert cold[path].digest == warm[path].digest == blake3_file(path)
+    first = [d for d, t in seen if t == len(files)]
+    assert first == sorted(first) and seen[-1] == (len(files), len(files))
+
+
+def test_in_memory_cache(tmp_path: Path) -> None:
+    path = write(tmp_path / "f", b"abc")
+    with Hasher(StatCache(None), racy_window_ns=0) as hasher:
+        assert not hasher.hash_file(path).cached
+        assert hasher.hash_file(path).cached
+
+
+def test_statcache_edge_values(tmp_path: Path) -> None:
+    huge = FileState(dev=2**64 - 1, ino=2**63 + 5, size=1, mtime_ns=-(10**18), ctime_ns=10)
+    digest = b3(b"x")
+    db = tmp_path / "c.sqlite"
+    with StatCache(db) as c:
+        c.put(huge, digest)
+        assert c.get(huge) == digest
+        # A stale writer must not replace a newer version of the same inode.
+        newer = FileState(huge.dev, huge.ino, 2, 0, 20)
+        c.put(newer, b3(b"y"))
+        c.put(huge, digest)
+        assert c.get(newer) == b3(b"y") and c.get(huge) is None
+    with StatCache(db) as c:
+        assert c.get(newer) == b3(b"y")
+        other_dev = FileState(7, huge.ino, 2, 0, 20)
+        c.put(other_dev, b3(b"z"))
+        assert c.get_many([newer, other_dev, huge, FileState(7, 1, 1, 1, 1)]) == [
+            b3(b"y"),
+            b3(b"z"),
+            None,
+            None,
+        ]
+
+
+def test_statcache_rebuilds_old_schema_and_survives_garbage(tmp_path: Path, caplog) -> None:
+    old = tmp_path / "old.sqlite"
+    with sqlite3.connect(old) as db:
+        db.execute("CREATE TABLE stat_cache (x)")
+        db.execute("PRAGMA user_version = 999")
+    state = FileState(1, 2, 3, 4, 5)
+    with StatCache(old) as c:
+        c.put(state, b3(b""))
+        assert c.get(state) == b3(b"")
+
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"this is not a database" * 100)
+    with caplog.at_level(logging.WARNING), StatCache(junk) as c:
+        c.put(state, b3(b""))  # degraded to memory, still works
+        assert c.get(state) == b3(b"")
+    assert "unusable" in caplog.text
+
+
+PUT_MANY = """
+import sys
+from roar_core.statcache import FileState, StatCache
+base = int(sys.argv[2])
+with StatCache(sys.argv[1], busy_timeout=30) as c:
+    for i in range(base, base + 200):
+        c.put(FileState(1, i, i, i, i), format(i, "064x"))
+"""
+
+
+def test_statcache_concurrent_processes(tmp_path: Path) -> None:
+    db = tmp_path / "shared.sqlite"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", PUT_MANY, str(db), str(base)], env=env)
+        for base in (0, 200, 400)
+    ]
+    assert [p.wait(timeout=60) for p in procs] == [0, 0, 0]
+    with StatCache(db) as c:
+        states = [FileState(1, i, i, i, i) for i in range(600)]
+        assert c.get_many(states) == [format(i, "064x") for i in range(600)]
+
+
+# --- files that change while they are hashed ------------------------------------------------
+
+
+class MutatingHasher(Hasher):
+    """Rewrites the file right after each read, before the re-stat: the race made deterministic."""
+
+    def __init__(self, path: str, versions: list[bytes], **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.path, self.versions, self.reads = path, list(versions), 0
+
+    def _hash_fd(self, fd: int, size: int) -> tuple[str, int]:
+        result = super()._hash_fd(fd, size)
+        self.reads += 1
+        if self.versions:
+            st = os.stat(self.path)
+            # In place, same size, old mtime: only ctime can reveal it. In place (no truncate)
+            # because truncating a file that is mmap'ed elsewhere raises SIGBUS there.
+            with open(self.path, "r+b") as f:
+                f.write(self.versions.pop(0))
+            os.utime(self.path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        return result
+
+
+@pytest.mark.parametrize("big_file", [hashing.BIG_FILE, 1024], ids=["read", "mmap"])
+def test_change_during_hashing_is_rehashed(tmp_path: Path, cache: StatCache, big_file) -> None:
+    v1, v2 = os.urandom(4096), os.urandom(4096)
+    path = write(tmp_path / "out.bin", v1)
+    with MutatingHasher(path, [v2], cache=cache, big_file=big_file, racy_window_ns=0) as h:
+        result = h.hash_file(path)
+    assert h.reads == 2
+    assert result.stable and result.digest == b3(v2)
+    assert result.state == FileState.of(os.stat(path))
+    assert cache.get(result.state) == b3(v2)
+
+
+@pytest.mark.parametrize("big_file", [hashing.BIG_FILE, 1024], ids=["read", "mmap"])
+def test_file_that_keeps_changing_is_unstable(tmp_path: Path, cache: StatCache, big_file) -> None:
+    versions = [os.urandom(4096) for _ in range(5)]
+    path = write(tmp_path / "out.bin", versions[0])
+    kwargs = dict(cache=cache, big_file=big_file, max_retries=2, racy_window_ns=0)
+    with MutatingHasher(path, versions[1:], **kwargs) as h:
+        result = h.hash_file(path)
+    assert h.reads == 3  # one read + max_retries
+    assert not result.stable and not result.cached
+    assert result.digest == b3(versions[2])  # what the last read saw
+    assert cache.get(FileState.of(os.stat(path))) is None  # unstable digests are never cached
+    with MutatingHasher(path, [], **kwargs) as h:  # once it holds still, it is hashed again
+        again = h.hash_files([path])[path]
+    assert h.reads == 1 and again.stable and again.digest == b3(versions[3])
+
+
+def test_file_replaced_during_hashing(tmp_path: Path) -> None:
+    path = write(tmp_path / "f", b"old")
+
+    class Replacing(Hasher):
+        def _hash_fd(self, fd: int, size: int):
+            result = super()._hash_fd(fd, size)
+            if not hasattr(self, "done"):
+                self.done = True
+                write(tmp_path / "new", b"new")
+                os.replace(tmp_path / "new", path)  # rename over: a new inode
+            return result
+
+    with Replacing() as h:
+        result = h.hash_file(path)
+    assert result.stable and result.digest == b3(b"new")
+
+
+# --- threads and fork -----------------------------------------------------------------------
+
+
+def test_concurrent_callers_share_one_hasher(tmp_path: Path, cache: StatCache) -> None:
+    files = {write(tmp_path / f"f{i}", os.urandom(i * 997)): None for i in range(120)}
+    files.update({write(tmp_path / f"g{i}", os.urandom(100_000)): None for i in range(6)})
+    expected = {p: blake3_file(p) for p in files}
+    errors: list[BaseException] = []
+    with Hasher(cache, workers=4, racy_window_ns=0) as hasher:
+
+        def worker() -> None:
+            try:
+                for _ in range(3):
+                    got = hasher.hash_files(list(files))
+                    assert {p: r.digest for p, r in got.items()} == expected
+                    assert all(isinstance(r, HashResult) for r in got.values())
+            except BaseException as exc:  # noqa: BLE001 - surfaced below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not errors, errors
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_usable_in_a_forked_child(tmp_path: Path, cache: StatCache) -> None:
+    files = [write(tmp_path / f"f{i}", os.urandom(100_000)) for i in range(4)]
+    hasher = Hasher(cache, workers=2, racy_window_ns=0)
+    hasher.hash_files(files)  # the pool and the connection now exist in the parent
+    # Written after the parent's hashing: >= 2 uncached files of >= 64 KiB need the pool.
+    late = [write(tmp_path / f"late{i}", os.urandom(100_000)) for i in range(2)]
+    pid = os.fork()
+    if pid == 0:  # child: must neither hang on the dead pool nor reuse the parent's connection
+        code = 1
+        try:
+            signal.alarm(20)
+            got = hasher.hash_files([*files, *late])
+            ok = all(got[p].cached for p in files)
+            ok = ok and all(got[p].digest == blake3_file(p) and not got[p].cached for p in late)
+            code = 0 if ok else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    hasher.close()
+    assert os.waitstatus_to_exitcode(status) == 0
+    for path in late:  # what the child learnt is in the shared cache
+        assert cache.get(FileState.of(os.stat(path))) is not None
