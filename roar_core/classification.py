@@ -96,6 +96,7 @@ class FileAccess:
     read_via: list[str] = field(default_factory=list)  # other names it was used under
     pre_state: FileState | None = None  # inputs also written: the version that was read
     first_ns: int = 0
+    existed: bool = False  # the path existed before the task (outputs: an overwrite)
 
 
 @dataclass
@@ -267,7 +268,7 @@ def classify(records: Iterable[Record], keep: PathFilter) -> TaskIO:
         def access(role: str, s: _State = s, via: list[str] = via, name: str = name,
                    path: bytes = path) -> FileAccess:
             return FileAccess(path, name, role, via, s.pre_state if role == "input" else None,
-                              s.first_ns)
+                              s.first_ns, bool(s.existed))
 
         is_input = s.read_first and s.existed is not False
         if is_input:

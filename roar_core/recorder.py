@@ -129,21 +129,25 @@ class Recorder:
         return emission.Dataset(ns, ds_name, digest=digest, size=size, symlinks=symlinks,
                                 lifecycle=lifecycle)
 
-    def _input_dataset(self, a: FileAccess, digest: str | None, size: int | None,
-                       run_id: str) -> tuple[emission.Dataset, str | None]:
-        """The input's identity: its own path if that version is known there, else the
-        producer's name for the same content (the join by content hash)."""
-        if digest:
-            own = self.store.latest_version(a.name)
-            if own is None or own.digest.removeprefix("blake3:") != digest:
-                prod = self.store.producer_of(digest, exclude_run=run_id)
-                if prod is not None and prod.uri != a.name:
-                    ds = emission.Dataset(prod.dataset_namespace, prod.dataset_name,
-                                          digest=digest, size=size,
-                                          symlinks=[emission.file_dataset(a.name, self.file_host)])
-                    return ds, a.name
-        return self._dataset(a.name, digest, size, via=a.read_via), (
-            a.read_via[0] if a.read_via else None)
+    def _input_datasets(self, run_id: str) -> list[emission.Dataset]:
+        """Inputs under the identity the store gave them: the path read, or, when that
+        content was produced under another name, the producer's (the join by content
+        hash), with the path actually read in `symlinks`."""
+        out = []
+        for rec in self.store.accesses_of(run_id):
+            if rec.role != "input":
+                continue
+            digest = rec.digest.removeprefix("blake3:") if rec.digest else None
+            read = rec.path_read or rec.uri
+            own = emission.file_dataset(rec.uri, self.file_host)
+            ns, name = (rec.dataset_namespace, rec.dataset_name)
+            if ns == "file" and self.file_host:
+                ns = own[0]
+            symlinks = [] if (ns, name) == emission.file_dataset(read, self.file_host) else [
+                emission.file_dataset(read, self.file_host)]
+            out.append(emission.Dataset(ns, name, digest=digest, size=rec.size,
+                                        symlinks=symlinks))
+        return out
 
     def _previous_digest(self, a: FileAccess) -> str | None:
         """Digest of the version a task found before overwriting it: from the stat cache,
@@ -176,7 +180,6 @@ class Recorder:
         hashes = self.hasher.hash_files(paths, progress=self.progress) if paths else {}
 
         accesses: list[Access] = []
-        inputs: list[emission.Dataset] = []
         outputs: list[emission.Dataset] = []
         for a in io.inputs:
             h = hashes.get(a.path)
@@ -184,13 +187,11 @@ class Recorder:
             if a.pre_state is not None and h is not None and h.state != a.pre_state:
                 # Read-modify-write: the version read is the one before the task wrote it.
                 digest, size = self._previous_digest(a), a.pre_state.size
-            ds, path_read = self._input_dataset(a, digest, size, meta.run_id)
-            inputs.append(ds)
             accesses.append(Access(uri=a.name, role="input", digest=digest, size=size,
-                                   path_read=path_read))
+                                   path_read=a.read_via[0] if a.read_via else None))
         for a in io.outputs:
             h = hashes.get(a.path)
-            lifecycle = "OVERWRITE" if a.pre_state is not None else "CREATE"
+            lifecycle = "OVERWRITE" if a.existed else "CREATE"
             outputs.append(self._dataset(a.name, h.digest if h else None,
                                          h.size if h else None, lifecycle))
             accesses.append(Access(uri=a.name, role="output", digest=h.digest if h else None,
@@ -201,10 +202,11 @@ class Recorder:
             accesses.append(Access(uri=a.name, role="deleted", digest=None))
         for a in io.transient:
             accesses.append(Access(uri=a.name, role="transient", digest=None))
-
-        code = [CodeFile(a.name, hashes[a.path].digest) for a in io.code if a.path in hashes]
         if accesses:
             self.store.record_accesses(meta.run_id, accesses)
+        inputs = self._input_datasets(meta.run_id) if io.inputs else []
+
+        code = [CodeFile(a.name, hashes[a.path].digest) for a in io.code if a.path in hashes]
         self.store.finish_task_run(meta.run_id, outcome.status, outcome.ended_at,
                                    exit_code=outcome.exit_code, error_message=outcome.error,
                                    dropped_events=outcome.dropped, code=code,

@@ -1,0 +1,330 @@
+"""Lineage graphs over the store, joined by content hash.
+
+An input is linked to the run that produced its *content*, not its path: the candidates are all
+recorded outputs with the input's digest, and `pick_producer` chooses one (same path first, then
+the latest run that started no later than the reader). The same rule gives an input its dataset
+identity when it is recorded (`Store.record_accesses`) and its upstream edge here, so the graph
+and the emitted OpenLineage events agree.
+
+Traversal is breadth-first with a fixed number of indexed queries per level (accesses by run or
+by digest, outputs by digest), which works the same on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from sqlalchemy import Connection, select
+
+from roar_core.store_schema import AccessRow, FileVersionRow, TaskRunRow
+
+Direction = Literal["upstream", "downstream"]
+
+# SQLite before 3.32 allows 999 bound parameters per statement.
+_CHUNK = 900
+_DIGEST_RE = re.compile(r"(?:blake3:)?[0-9a-fA-F]{64}")
+
+
+@dataclass(frozen=True)
+class ArtifactNode:
+    uri: str
+    digest: str | None
+
+    @property
+    def id(self) -> str:
+        return f"artifact:{self.digest or '-'}:{self.uri}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "uri": self.uri, "digest": self.digest}
+
+
+@dataclass(frozen=True)
+class RunNode:
+    run_id: str
+    job_name: str
+    status: str
+    started_at: datetime
+
+    @property
+    def id(self) -> str:
+        return f"run:{self.run_id}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "run_id": self.run_id,
+            "job_name": self.job_name,
+            "status": self.status,
+            "started_at": self.started_at.isoformat(),
+        }
+
+
+@dataclass(frozen=True)
+class Edge:
+    """artifact -> run for "input", run -> artifact for "output" (ids of the nodes)."""
+
+    source: str
+    target: str
+    kind: Literal["input", "output"]
+
+
+@dataclass
+class LineageGraph:
+    key: str
+    direction: Direction
+    root: str | None = None
+    artifacts: dict[str, ArtifactNode] = field(default_factory=dict)
+    runs: dict[str, RunNode] = field(default_factory=dict)
+    edges: set[Edge] = field(default_factory=set)
+
+    def add_artifact(self, node: ArtifactNode) -> str:
+        self.artifacts.setdefault(node.id, node)
+        return node.id
+
+    def add_run(self, node: RunNode) -> str:
+        self.runs.setdefault(node.id, node)
+        return node.id
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready and deterministic (sorted), so two queries of one store print the same."""
+        return {
+            "key": self.key,
+            "direction": self.direction,
+            "root": self.root,
+            "artifacts": [self.artifacts[k].to_dict() for k in sorted(self.artifacts)],
+            "runs": [self.runs[k].to_dict() for k in sorted(self.runs)],
+            "edges": [
+                {"source": e.source, "target": e.target, "kind": e.kind}
+                for e in sorted(self.edges, key=lambda e: (e.source, e.target, e.kind))
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A recorded output: one possible producer of some content."""
+
+    uri: str
+    digest: str
+    version_id: int
+    run: RunNode
+
+
+def is_digest(key: str) -> bool:
+    return _DIGEST_RE.fullmatch(key) is not None
+
+
+def _chunks(items: Iterable[str]) -> Iterator[list[str]]:
+    batch = sorted(set(items))
+    for i in range(0, len(batch), _CHUNK):
+        yield batch[i : i + _CHUNK]
+
+
+def _run_node(row: Any) -> RunNode:
+    return RunNode(row.run_id, row.job_name, row.status, row.started_at)
+
+
+def producer_candidates(conn: Connection, digests: Iterable[str]) -> dict[str, list[Candidate]]:
+    out: dict[str, list[Candidate]] = defaultdict(list)
+    for chunk in _chunks(digests):
+        rows = conn.execute(
+            select(
+                FileVersionRow.uri,
+                FileVersionRow.digest,
+                FileVersionRow.id,
+                TaskRunRow.run_id,
+                TaskRunRow.job_name,
+                TaskRunRow.status,
+                TaskRunRow.started_at,
+            )
+            .join(TaskRunRow, FileVersionRow.producer_run_id == TaskRunRow.run_id)
+            .where(FileVersionRow.digest.in_(chunk))
+        )
+        for r in rows:
+            out[r.digest].append(Candidate(r.uri, r.digest, r.id, _run_node(r)))
+    return out
+
+
+def pick_producer(
+    candidates: Iterable[Candidate],
+    *,
+    uri: str | None = None,
+    consumer_run_id: str | None = None,
+    consumer_started_at: datetime | None = None,
+) -> Candidate | None:
+    """The producer a reader of this content most plausibly got it from.
+
+    A run never produces its own input, and one that started after the reader cannot have
+    written what the reader saw; among the rest the same path wins (a file read where it was
+    written), then the most recent run.
+    """
+    pool = [
+        c
+        for c in candidates
+        if c.run.run_id != consumer_run_id
+        and (consumer_started_at is None or c.run.started_at <= consumer_started_at)
+    ]
+    if not pool:
+        return None
+    return max(pool, key=lambda c: (c.uri == uri, c.run.started_at, c.version_id))
+
+
+def start_node(conn: Connection, key: str) -> tuple[ArtifactNode, Candidate | None] | None:
+    """The artifact a query key names, under its producer's identity when it has one."""
+    if is_digest(key):
+        digest = key.lower() if key.startswith("blake3:") else f"blake3:{key.lower()}"
+        uri = None
+    else:
+        latest = conn.execute(
+            select(FileVersionRow.digest)
+            .where(FileVersionRow.uri == key)
+            .order_by(FileVersionRow.last_seen_at.desc(), FileVersionRow.id.desc())
+            .limit(1)
+        ).scalar_one_or_none()
+        if latest is None:
+            return None
+        digest, uri = latest, key
+    producer = pick_producer(producer_candidates(conn, [digest])[digest], uri=uri)
+    if producer is not None:
+        return ArtifactNode(producer.uri, digest), producer
+    if uri is None:
+        uri = conn.execute(
+            select(FileVersionRow.uri)
+            .where(FileVersionRow.digest == digest)
+            .order_by(FileVersionRow.last_seen_at.desc(), FileVersionRow.id.desc())
+            .limit(1)
+        ).scalar_one_or_none()
+        if uri is None:
+            return None
+    return ArtifactNode(uri, digest), None
+
+
+def upstream(conn: Connection, key: str, depth: int | None) -> LineageGraph:
+    graph = LineageGraph(key, "upstream")
+    start = start_node(conn, key)
+    if start is None:
+        return graph
+    node, producer = start
+    graph.root = graph.add_artifact(node)
+    if producer is None or depth == 0:
+        return graph
+    graph.edges.add(Edge(graph.add_run(producer.run), node.id, "output"))
+    frontier = {producer.run.run_id: producer.run}
+    visited = set(frontier)
+    level = 1
+    while frontier:
+        expand = depth is None or level < depth
+        inputs = []
+        for chunk in _chunks(frontier):
+            inputs.extend(
+                conn.execute(
+                    select(AccessRow.task_run_id, AccessRow.uri, AccessRow.digest).where(
+                        AccessRow.task_run_id.in_(chunk), AccessRow.role == "input"
+                    )
+                )
+            )
+        candidates = producer_candidates(conn, {i.digest for i in inputs if i.digest})
+        nxt: dict[str, RunNode] = {}
+        for inp in inputs:
+            consumer = frontier[inp.task_run_id]
+            prod = None
+            if inp.digest is not None:
+                prod = pick_producer(
+                    candidates[inp.digest],
+                    uri=inp.uri,
+                    consumer_run_id=consumer.run_id,
+                    consumer_started_at=consumer.started_at,
+                )
+            artifact = ArtifactNode(prod.uri if prod else inp.uri, inp.digest)
+            graph.edges.add(Edge(graph.add_artifact(artifact), consumer.id, "input"))
+            if prod is None or not expand:
+                continue
+            graph.edges.add(Edge(graph.add_run(prod.run), artifact.id, "output"))
+            if prod.run.run_id not in visited:
+                visited.add(prod.run.run_id)
+                nxt[prod.run.run_id] = prod.run
+        frontier = nxt
+        level += 1
+    return graph
+
+
+def downstream(conn: Connection, key: str, depth: int | None) -> LineageGraph:
+    graph = LineageGraph(key, "downstream")
+    start = start_node(conn, key)
+    if start is None:
+        return graph
+    node, _ = start
+    graph.root = graph.add_artifact(node)
+    frontier = {node}
+    # A digest key names the content wherever it lives, so its first readers match by digest.
+    any_path = {node.digest} if is_digest(key) else set()
+    seen_artifacts = {node}
+    visited: set[str] = set()
+    level = 1
+    while frontier and (depth is None or level <= depth):
+        digests = {n.digest for n in frontier if n.digest}
+        readers = []
+        for chunk in _chunks(digests):
+            readers.extend(
+                conn.execute(
+                    select(
+                        AccessRow.uri,
+                        AccessRow.digest,
+                        TaskRunRow.run_id,
+                        TaskRunRow.job_name,
+                        TaskRunRow.status,
+                        TaskRunRow.started_at,
+                    )
+                    .join(TaskRunRow, AccessRow.task_run_id == TaskRunRow.run_id)
+                    .where(AccessRow.digest.in_(chunk), AccessRow.role == "input")
+                )
+            )
+        candidates = producer_candidates(conn, digests)
+        new_runs: list[RunNode] = []
+        for r in readers:
+            run = _run_node(r)
+            prod = pick_producer(
+                candidates[r.digest],
+                uri=r.uri,
+                consumer_run_id=run.run_id,
+                consumer_started_at=run.started_at,
+            )
+            resolved = ArtifactNode(prod.uri if prod else r.uri, r.digest)
+            raw = ArtifactNode(r.uri, r.digest)
+            if resolved in frontier:
+                source = resolved
+            elif raw in frontier:
+                source = raw
+            elif r.digest in any_path:
+                source = resolved
+            else:
+                continue
+            graph.edges.add(Edge(graph.add_artifact(source), graph.add_run(run), "input"))
+            if run.run_id not in visited:
+                visited.add(run.run_id)
+                new_runs.append(run)
+        any_path = set()
+        by_id = {run.run_id: run for run in new_runs}
+        nxt: set[ArtifactNode] = set()
+        for chunk in _chunks(by_id):
+            outputs = conn.execute(
+                select(AccessRow.task_run_id, AccessRow.uri, AccessRow.digest).where(
+                    AccessRow.task_run_id.in_(chunk), AccessRow.role == "output"
+                )
+            )
+            for o in outputs:
+                artifact = ArtifactNode(o.uri, o.digest)
+                graph.edges.add(
+                    Edge(by_id[o.task_run_id].id, graph.add_artifact(artifact), "output")
+                )
+                if artifact.digest and artifact not in seen_artifacts:
+                    seen_artifacts.add(artifact)
+                    nxt.add(artifact)
+        frontier = nxt
+        level += 1
+    return graph

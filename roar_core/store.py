@@ -1,0 +1,645 @@
+"""Lineage store: runs, content-addressed artifacts, file versions and accesses.
+
+SQLite (WAL) under the roar home by default, PostgreSQL when a URL is given. The schema is
+owned by the Alembic revisions in `roar_core/migrations/`, applied by `Store.open` under a lock
+so that many workers may open one database at once. Digests are stored as "blake3:<64 hex>",
+the same string OpenLineage's dataset version facet carries.
+
+Every database failure surfaces as `StoreError` with a one-line message, so callers (which must
+never fail the user's job over lineage) have one exception to catch and log.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import random
+import sqlite3
+import time
+import weakref
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util import CommandError
+from sqlalchemy import Connection, Engine, Row, create_engine, event, func, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
+
+from roar_core import lineage as _lineage
+from roar_core.lineage import LineageGraph
+from roar_core.store_records import (
+    ROLES,
+    STATUSES,
+    Access,
+    AccessRecord,
+    CodeFile,
+    FileVersion,
+    ProducedFile,
+    Role,
+    Status,
+    StoreError,
+    TaskRun,
+    TaskRunRecord,
+    WorkflowRun,
+    WorkflowRunRecord,
+    canonical_digest,
+    check_aware,
+    check_status,
+    checked_access,
+    code_json,
+    dataset_identity,
+)
+from roar_core.store_schema import (
+    VERSION_TABLE,
+    AccessRow,
+    ArtifactRow,
+    FileVersionRow,
+    TaskRunRow,
+    WorkflowRunRow,
+)
+
+__all__ = [
+    "ROLES",
+    "STATUSES",
+    "Access",
+    "AccessRecord",
+    "CodeFile",
+    "FileVersion",
+    "LineageGraph",
+    "ProducedFile",
+    "Role",
+    "Status",
+    "Store",
+    "StoreError",
+    "TaskRun",
+    "TaskRunRecord",
+    "WorkflowRun",
+    "WorkflowRunRecord",
+    "canonical_digest",
+    "dataset_identity",
+]
+
+DB_FILENAME = "lineage.db"
+MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+# Writers queue behind each other in SQLite; a whole node's workers may be finishing tasks at
+# once, so wait long rather than drop a record.
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+# Arbitrary constant shared by every roar process: serialises migrations on one PostgreSQL DB.
+PG_MIGRATION_LOCK = 0x726F6172_6D696772  # "roarmigr"
+
+
+def _one_line(exc: BaseException) -> str:
+    inner = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+    lines = [ln.strip() for ln in str(inner).splitlines() if ln.strip()]
+    return lines[0] if lines else type(inner).__name__
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+# ---------------------------------------------------------------------------------------------
+# Engines and migrations
+
+# Pooled connections must not be shared with a forked child (Airflow runs every task in a fork
+# of its worker): the child drops its inherited pool without closing the parent's sockets.
+_ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def _forget_pools_after_fork() -> None:
+    for engine in list(_ENGINES):
+        engine.dispose(close=False)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pools_after_fork)
+
+
+def _prepare_home(home: Path) -> Path:
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"cannot create roar home {home}: {exc.strerror or exc}") from exc
+    if not os.access(home, os.W_OK | os.X_OK):
+        raise StoreError(f"roar home {home} is not writable")
+    return home / DB_FILENAME
+
+
+def _ensure_wal(cur: sqlite3.Cursor) -> None:
+    """Switch a new database to WAL; the mode is persistent, so later opens only read it.
+
+    The switch needs an exclusive lock and SQLite does not run the busy handler for it: when
+    several processes create the database at once the losers get "database is locked" at once,
+    so they retry until the winner's switch is visible.
+    """
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            if cur.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                cur.execute("PRAGMA journal_mode = WAL").fetchone()
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(random.uniform(0.005, 0.05))
+
+
+def _sqlite_engine(url: URL) -> Engine:
+    engine = create_engine(url)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Take transaction control from the sqlite3 module so BEGIN IMMEDIATE is possible.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        _ensure_wal(cur)
+        # In WAL mode NORMAL stays consistent after a crash; only the last commits may be lost.
+        cur.execute("PRAGMA synchronous = NORMAL")
+        cur.execute("PRAGMA foreign_keys = ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        # Writers take the lock up front: a deferred transaction that later tries to write
+        # fails at once with SQLITE_BUSY (no busy wait) when another writer got in first.
+        mode = conn.get_execution_options().get("roar_sqlite_begin", "DEFERRED")
+        conn.exec_driver_sql(f"BEGIN {mode}")
+
+    return engine
+
+
+def _normalize_url(url: str) -> URL:
+    parsed = make_url(url)
+    # "postgresql://" means psycopg2 to SQLAlchemy; psycopg 3 is what roar-core[postgres] ships.
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def _alembic_config() -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    return cfg
+
+
+def _migrate(engine: Engine, writer: Engine) -> None:
+    cfg = _alembic_config()
+    scripts = ScriptDirectory.from_config(cfg)
+    head = scripts.get_current_head()
+    with engine.connect() as conn:
+        ctx = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+        current = ctx.get_current_revision()
+    if current == head:
+        return
+    if current is not None and current not in {s.revision for s in scripts.walk_revisions()}:
+        raise StoreError(
+            f"schema revision {current} is unknown to this roar-core (written by a newer one?)"
+        )
+    with writer.connect() as conn, conn.begin():
+        # Whoever gets the lock first migrates; the others then find the schema at head.
+        if conn.dialect.name == "postgresql":
+            conn.execute(select(func.pg_advisory_xact_lock(PG_MIGRATION_LOCK)))
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+
+
+# ---------------------------------------------------------------------------------------------
+# The store
+
+
+class Store:
+    """Use `Store.open`; one instance per process is enough (it pools connections)."""
+
+    def __init__(self, engine: Engine, writer: Engine, where: str) -> None:
+        self._engine = engine
+        self._writer = writer
+        self._where = where
+
+    @classmethod
+    def open(cls, url: str | None = None, home: Path | None = None) -> Store:
+        """Open (creating and migrating to head if needed) the store at `url`, else at
+        `<home>/lineage.db`. Safe to call from many processes at once."""
+        if url is None:
+            if home is None:
+                raise StoreError("no store location: pass a database URL or a roar home")
+            path = _prepare_home(Path(home))
+            db_url = URL.create("sqlite", database=str(path))
+            where = str(path)
+        else:
+            db_url = _normalize_url(url)
+            where = db_url.render_as_string(hide_password=True)
+        try:
+            if db_url.get_backend_name() == "sqlite":
+                engine = _sqlite_engine(db_url)
+                writer = engine.execution_options(roar_sqlite_begin="IMMEDIATE")
+            else:
+                # Long-lived workers outlive server-side idle timeouts.
+                engine = writer = create_engine(db_url, pool_pre_ping=True)
+        except (SQLAlchemyError, ImportError) as exc:
+            raise StoreError(f"cannot open lineage store at {where}: {_one_line(exc)}") from exc
+        try:
+            _migrate(engine, writer)
+        except StoreError as exc:
+            engine.dispose()
+            raise StoreError(f"cannot open lineage store at {where}: {exc}") from None
+        except (SQLAlchemyError, CommandError, OSError) as exc:
+            engine.dispose()
+            raise StoreError(f"cannot open lineage store at {where}: {_one_line(exc)}") from exc
+        _ENGINES.add(engine)
+        return cls(engine, writer, where)
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Store({self._where!r})"
+
+    @contextmanager
+    def _transaction(self, what: str, *, write: bool) -> Iterator[Connection]:
+        # Core connections, not ORM sessions: the unit-of-work machinery costs more than the
+        # few statements each call runs, and every call is one short transaction anyway.
+        try:
+            with (self._writer if write else self._engine).begin() as conn:
+                yield conn
+        except IntegrityError as exc:
+            raise StoreError(f"{what}: {_one_line(exc)}") from exc
+        except SQLAlchemyError as exc:
+            raise StoreError(f"{what} in {self._where}: {_one_line(exc)}") from exc
+
+    # -- runs ---------------------------------------------------------------------------------
+
+    def start_workflow_run(self, run: WorkflowRun) -> None:
+        check_aware(run.started_at, "started_at")
+        with self._transaction(f"cannot record workflow run {run.run_id}", write=True) as conn:
+            conn.execute(
+                insert(WorkflowRunRow),
+                {
+                    "run_id": run.run_id,
+                    "engine": run.engine,
+                    "namespace": run.namespace,
+                    "job_name": run.job_name,
+                    "started_at": run.started_at,
+                    "ended_at": None,
+                    "status": "RUNNING",
+                    "facets": dict(run.facets),
+                },
+            )
+
+    def finish_workflow_run(self, run_id: str, status: str, ended_at: datetime) -> None:
+        check_status(status)
+        check_aware(ended_at, "ended_at")
+        with self._transaction(f"cannot finish workflow run {run_id}", write=True) as conn:
+            done = conn.execute(
+                update(WorkflowRunRow)
+                .where(WorkflowRunRow.run_id == run_id)
+                .values(status=status, ended_at=ended_at)
+            )
+            if done.rowcount == 0:
+                raise StoreError(f"unknown workflow run {run_id}")
+
+    def start_task_run(self, run: TaskRun) -> None:
+        check_aware(run.started_at, "started_at")
+        code = code_json(run.code)
+        with self._transaction(f"cannot record task run {run.run_id}", write=True) as conn:
+            conn.execute(
+                insert(TaskRunRow),
+                {
+                    "run_id": run.run_id,
+                    "workflow_run_id": run.workflow_run_id,
+                    "parent_run_id": run.parent_run_id,
+                    "engine": run.engine,
+                    "namespace": run.namespace,
+                    "job_name": run.job_name,
+                    "engine_task_id": run.engine_task_id,
+                    "attempt": run.attempt,
+                    "host": run.host,
+                    "pid": run.pid,
+                    "started_at": run.started_at,
+                    "ended_at": None,
+                    "status": "RUNNING",
+                    "exit_code": None,
+                    "error_message": None,
+                    "command": list(run.command),
+                    "code": code,
+                    "environment": dict(run.environment),
+                    "traced": run.traced,
+                    "untraced_reason": run.untraced_reason,
+                    "dropped_events": 0,
+                },
+            )
+
+    def finish_task_run(
+        self,
+        run_id: str,
+        status: str,
+        ended_at: datetime,
+        exit_code: int | None = None,
+        error_message: str | None = None,
+        dropped_events: int = 0,
+        *,
+        code: Sequence[CodeFile] | None = None,
+        traced: bool | None = None,
+        untraced_reason: str | None = None,
+    ) -> None:
+        """Close a task run. `code`, `traced` and `untraced_reason` (None: keep what
+        `start_task_run` stored) are often known only once the trace has been read."""
+        check_status(status)
+        check_aware(ended_at, "ended_at")
+        values: dict[str, Any] = {
+            "status": status,
+            "ended_at": ended_at,
+            "exit_code": exit_code,
+            "error_message": error_message,
+            "dropped_events": dropped_events,
+        }
+        if code is not None:
+            values["code"] = code_json(code)
+        if traced is not None:
+            values["traced"] = traced
+            values["untraced_reason"] = untraced_reason
+        elif untraced_reason is not None:
+            values["untraced_reason"] = untraced_reason
+        with self._transaction(f"cannot finish task run {run_id}", write=True) as conn:
+            done = conn.execute(
+                update(TaskRunRow).where(TaskRunRow.run_id == run_id).values(**values)
+            )
+            if done.rowcount == 0:
+                raise StoreError(f"unknown task run {run_id}")
+
+    # -- accesses -----------------------------------------------------------------------------
+
+    def record_accesses(self, task_run_id: str, accesses: Sequence[Access]) -> None:
+        """Record what a task touched, in one transaction.
+
+        Every digest becomes an artifact; outputs become file versions produced by this run,
+        inputs versions seen at that path. Inputs whose content was produced elsewhere take the
+        producer's dataset identity, with the path they were read from in `path_read`.
+        """
+        checked = [checked_access(a) for a in accesses]
+        if not checked:
+            return
+        # One row per (uri, digest): a batch may repeat a file (e.g. read by two processes).
+        # Sorted, so concurrent PostgreSQL writers lock shared rows in one order (no deadlock).
+        inputs = _unique_sorted(a for a in checked if a.role == "input" and a.digest)
+        outputs = _unique_sorted(a for a in checked if a.role == "output" and a.digest)
+        now = _utcnow()
+        with self._transaction(f"cannot record accesses of {task_run_id}", write=True) as conn:
+            started_at = conn.execute(
+                select(TaskRunRow.started_at).where(TaskRunRow.run_id == task_run_id)
+            ).scalar_one_or_none()
+            if started_at is None:
+                raise StoreError(f"unknown task run {task_run_id}")
+            dialect = conn.dialect.name
+            sizes: dict[str, int | None] = {}
+            for a in checked:
+                if a.digest:
+                    sizes[a.digest] = sizes.get(a.digest) or a.size
+            if sizes:
+                conn.execute(
+                    _statements(dialect).new_artifact,
+                    [{"digest": d, "size": n, "first_seen": now} for d, n in sorted(sizes.items())],
+                )
+            # Inputs before outputs: on a timestamp tie, the version written by this run (a
+            # later id) is the latest one of a file it also read.
+            for stmt, batch, producer in (
+                (_statements(dialect).seen_version, inputs, None),
+                (_statements(dialect).produced_version, outputs, task_run_id),
+            ):
+                if batch:
+                    conn.execute(stmt, [_version_params(a, producer, now) for a in batch])
+            candidates = _lineage.producer_candidates(conn, {a.digest for a in inputs})
+            rows = []
+            for a in checked:
+                identity, path_read = a.uri, a.path_read
+                if a.role == "input" and a.digest:
+                    prod = _lineage.pick_producer(
+                        candidates[a.digest],
+                        uri=a.uri,
+                        consumer_run_id=task_run_id,
+                        consumer_started_at=started_at,
+                    )
+                    if prod is not None and prod.uri != a.uri:
+                        identity, path_read = prod.uri, a.path_read or a.uri
+                ns, name = dataset_identity(identity)
+                rows.append(
+                    {
+                        "task_run_id": task_run_id,
+                        "uri": a.uri,
+                        "digest": a.digest,
+                        "role": a.role,
+                        "size": a.size,
+                        "mtime_ns": a.mtime_ns,
+                        "path_read": path_read,
+                        "dataset_namespace": ns,
+                        "dataset_name": name,
+                    }
+                )
+            conn.execute(_statements(dialect).access, rows)
+
+    # -- queries ------------------------------------------------------------------------------
+
+    def producer_of(self, digest: str, exclude_run: str | None = None) -> ProducedFile | None:
+        """The latest recorded output with this content (any path), or None."""
+        digest = canonical_digest(digest)
+        with self._transaction("cannot query producers", write=False) as conn:
+            cands = _lineage.producer_candidates(conn, [digest])[digest]
+            prod = _lineage.pick_producer(cands, consumer_run_id=exclude_run)
+        if prod is None:
+            return None
+        ns, name = dataset_identity(prod.uri)
+        return ProducedFile(prod.uri, digest, prod.run.run_id, prod.run.job_name, ns, name)
+
+    def latest_version(self, uri: str) -> FileVersion | None:
+        """The version of `uri` last written or read (ties: the later record), with the run
+        that wrote that content there if one did."""
+        with self._transaction("cannot query file versions", write=False) as conn:
+            row = conn.execute(
+                select(FileVersionRow.__table__)
+                .where(FileVersionRow.uri == uri)
+                .order_by(FileVersionRow.last_seen_at.desc(), FileVersionRow.id.desc())
+                .limit(1)
+            ).one_or_none()
+            if row is None:
+                return None
+            producer = row.producer_run_id
+            if producer is None:
+                # Reads are kept apart from writes of the same content; name the writer.
+                producer = conn.scalars(
+                    select(FileVersionRow.producer_run_id)
+                    .where(
+                        FileVersionRow.uri == uri,
+                        FileVersionRow.digest == row.digest,
+                        FileVersionRow.producer_run_id.is_not(None),
+                    )
+                    .order_by(FileVersionRow.id.desc())
+                    .limit(1)
+                ).one_or_none()
+            return FileVersion(
+                row.uri,
+                row.digest,
+                row.size,
+                row.mtime_ns,
+                producer,
+                row.recorded_at,
+                row.last_seen_at,
+            )
+
+    def workflow_run(self, run_id: str) -> WorkflowRunRecord | None:
+        with self._transaction("cannot query workflow runs", write=False) as conn:
+            row = conn.execute(
+                select(WorkflowRunRow.__table__).where(WorkflowRunRow.run_id == run_id)
+            ).one_or_none()
+            if row is None:
+                return None
+            return WorkflowRunRecord(
+                row.run_id,
+                row.engine,
+                row.namespace,
+                row.job_name,
+                row.started_at,
+                row.ended_at,
+                row.status,
+                row.facets,
+            )
+
+    def task_run(self, run_id: str) -> TaskRunRecord | None:
+        with self._transaction("cannot query task runs", write=False) as conn:
+            row = conn.execute(
+                select(TaskRunRow.__table__).where(TaskRunRow.run_id == run_id)
+            ).one_or_none()
+            return None if row is None else _task_record(row)
+
+    def task_runs(self, workflow_run_id: str | None = None, limit: int = 50) -> list[TaskRunRecord]:
+        """Most recent first; all engines when no workflow run is given."""
+        query = select(TaskRunRow.__table__).order_by(TaskRunRow.started_at.desc()).limit(limit)
+        if workflow_run_id is not None:
+            query = query.where(TaskRunRow.workflow_run_id == workflow_run_id)
+        with self._transaction("cannot query task runs", write=False) as conn:
+            return [_task_record(row) for row in conn.execute(query)]
+
+    def accesses_of(self, task_run_id: str) -> list[AccessRecord]:
+        with self._transaction("cannot query accesses", write=False) as conn:
+            rows = conn.execute(
+                select(AccessRow.__table__)
+                .where(AccessRow.task_run_id == task_run_id)
+                .order_by(AccessRow.id)
+            )
+            return [
+                AccessRecord(
+                    r.uri,
+                    r.role,
+                    r.digest,
+                    r.size,
+                    r.mtime_ns,
+                    r.path_read,
+                    r.dataset_namespace,
+                    r.dataset_name,
+                )
+                for r in rows
+            ]
+
+    def lineage(
+        self,
+        key: str,
+        direction: Literal["upstream", "downstream"] = "upstream",
+        depth: int | None = None,
+    ) -> LineageGraph:
+        """Ancestry or descendants of an absolute path / URI (its latest version) or a digest,
+        linked by content: `depth` counts task runs away from the key (None: no limit)."""
+        if direction not in ("upstream", "downstream"):
+            raise ValueError(f"unknown direction {direction!r} (upstream or downstream)")
+        if depth is not None and depth < 0:
+            raise ValueError(f"depth must be >= 0, not {depth}")
+        walk = _lineage.upstream if direction == "upstream" else _lineage.downstream
+        with self._transaction("cannot query lineage", write=False) as conn:
+            return walk(conn, key, depth)
+
+
+# ---------------------------------------------------------------------------------------------
+# Write helpers
+
+
+@dataclass(frozen=True)
+class _Statements:
+    new_artifact: Any
+    seen_version: Any
+    produced_version: Any
+    access: Any
+
+
+@functools.cache
+def _statements(dialect: str) -> _Statements:
+    """Write statements built once per dialect: building them costs more than running them."""
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    seen = insert(FileVersionRow)
+    return _Statements(
+        new_artifact=insert(ArtifactRow).on_conflict_do_nothing(),
+        # Reads of a path keep one row per content there (producer NULL), moved forward on
+        # every read; the partial unique index makes concurrent first reads collapse too.
+        seen_version=seen.on_conflict_do_update(
+            index_elements=["uri", "digest"],
+            index_where=FileVersionRow.producer_run_id.is_(None),
+            set_={"last_seen_at": seen.excluded.last_seen_at},
+        ),
+        produced_version=insert(FileVersionRow).on_conflict_do_nothing(),
+        access=insert(AccessRow),
+    )
+
+
+def _unique_sorted(accesses: Iterable[Access]) -> list[Access]:
+    by_key = {(a.uri, a.digest or ""): a for a in accesses}
+    return [by_key[k] for k in sorted(by_key)]
+
+
+def _version_params(a: Access, producer: str | None, now: datetime) -> dict[str, Any]:
+    return {
+        "uri": a.uri,
+        "digest": a.digest,
+        "size": a.size,
+        "mtime_ns": a.mtime_ns,
+        "producer_run_id": producer,
+        "recorded_at": now,
+        "last_seen_at": now,
+    }
+
+
+def _task_record(row: Row[Any]) -> TaskRunRecord:
+    return TaskRunRecord(
+        run_id=row.run_id,
+        engine=row.engine,
+        namespace=row.namespace,
+        job_name=row.job_name,
+        started_at=row.started_at,
+        ended_at=row.ended_at,
+        status=row.status,
+        workflow_run_id=row.workflow_run_id,
+        parent_run_id=row.parent_run_id,
+        engine_task_id=row.engine_task_id,
+        attempt=row.attempt,
+        host=row.host,
+        pid=row.pid,
+        exit_code=row.exit_code,
+        error_message=row.error_message,
+        command=list(row.command),
+        code=[CodeFile(c["path"], c["digest"]) for c in row.code],
+        environment=dict(row.environment),
+        traced=row.traced,
+        untraced_reason=row.untraced_reason,
+        dropped_events=row.dropped_events,
+    )

@@ -1,0 +1,135 @@
+"""Shared fixtures. `postgres_url`: a throwaway PostgreSQL server for the whole session.
+
+Order: ROAR_TEST_DATABASE_URL (an existing server) > a cluster initdb'ed in a temp dir from the
+PostgreSQL binaries found on this machine > skip, or fail when ROAR_TEST_REQUIRE_POSTGRES=1
+(CI sets it so a missing server can never pass silently).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PG_USER = "roar"
+PG_DB = "roar_test"
+
+
+def _pg_bindir() -> Path | None:
+    # Debian/Ubuntu keep initdb/pg_ctl off PATH, under one directory per major version.
+    found = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin/initdb"),
+        key=lambda p: int(Path(p).parts[-3]) if Path(p).parts[-3].isdigit() else 0,
+    )
+    if found:
+        return Path(found[-1]).parent
+    initdb = shutil.which("initdb")
+    return Path(initdb).parent if initdb else None
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("ROAR_TEST_REQUIRE_POSTGRES") == "1":
+        pytest.fail(f"PostgreSQL required (ROAR_TEST_REQUIRE_POSTGRES=1) but {reason}")
+    pytest.skip(f"PostgreSQL tests skipped: {reason}")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Cluster:
+    def __init__(self, bindir: Path, root: Path, as_user: str | None) -> None:
+        self.bindir, self.root, self.as_user = bindir, root, as_user
+        self.data, self.log = root / "data", root / "server.log"
+        self.port = _free_port()
+
+    def run(self, tool: str, *args: str) -> None:
+        cmd = [str(self.bindir / tool), *args]
+        if self.as_user:
+            cmd = ["runuser", "-u", self.as_user, "--", *cmd]
+        # cwd: the postgres user may not be allowed into ours.
+        done = subprocess.run(cmd, cwd=self.root, capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            log = self.log.read_text()[-2000:] if self.log.exists() else ""
+            raise RuntimeError(f"{tool} failed ({done.returncode}): {done.stderr[-2000:]}{log}")
+
+    def start(self) -> str:
+        self.run(
+            "initdb", "-D", str(self.data), "-U", PG_USER, "--auth=trust",
+            "--encoding=UTF8", "--locale=C", "--no-sync",
+        )  # fmt: skip
+        # Durability is irrelevant for a throwaway cluster and fsync is slow on shared disks.
+        opts = (
+            f"-h 127.0.0.1 -p {self.port} -k {self.root} "
+            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+        )
+        self.run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", opts, "-w", "start")
+        self.run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", PG_USER, PG_DB)
+        return f"postgresql+psycopg://{PG_USER}@127.0.0.1:{self.port}/{PG_DB}"
+
+    def stop(self) -> None:
+        if (self.data / "postmaster.pid").exists():
+            self.run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """URL of a PostgreSQL database this test session may create schemas in."""
+    existing = os.environ.get("ROAR_TEST_DATABASE_URL")
+    if existing:
+        yield existing
+        return
+    bindir = _pg_bindir()
+    if bindir is None:
+        _unavailable("no initdb/pg_ctl in /usr/lib/postgresql/*/bin or on PATH")
+    as_user = None
+    if os.geteuid() == 0:
+        # PostgreSQL refuses to run as root.
+        try:
+            pw = pwd.getpwnam("postgres")
+        except KeyError:
+            _unavailable("running as root and there is no 'postgres' user to run the server as")
+        as_user = "postgres"
+    root = Path(tempfile.mkdtemp(prefix="roar-pg-"))
+    if as_user:
+        os.chown(root, pw.pw_uid, pw.pw_gid)
+    cluster = _Cluster(bindir, root, as_user)
+    try:
+        try:
+            url = cluster.start()
+        except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+            _unavailable(f"could not start a server from {bindir}: {exc}")
+        yield url
+    finally:
+        try:
+            cluster.stop()
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres_schema_url(postgres_url: str) -> Iterator[str]:
+    """A fresh, empty schema per test (cheaper than a database, needs no CREATEDB right)."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    base = make_url(postgres_url).set(drivername="postgresql")
+    dsn = base.render_as_string(hide_password=False)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    url = make_url(postgres_url).update_query_dict({"options": f"-csearch_path={schema}"})
+    yield url.render_as_string(hide_password=False)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA "{schema}" CASCADE')

@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from roar_core.config import ConfigError, load
+
+
+def write(p: Path, text: str) -> Path:
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text)
+    return p
+
+
+def test_defaults_put_home_under_the_project(tmp_path):
+    cfg = load(cwd=tmp_path, env={})
+    assert cfg.home == tmp_path / ".roar" and cfg.database_url is None
+    assert cfg.namespace == "roar" and cfg.emit and not cfg.disabled
+
+
+def test_precedence_pyproject_then_local_then_env_then_arguments(tmp_path):
+    write(tmp_path / "pyproject.toml",
+          '[tool.roar]\nnamespace = "from-pyproject"\nexclude = ["*.log"]\nhash_workers = 2\n')
+    write(tmp_path / ".roar" / "config.toml", 'namespace = "from-local"\n')
+    sub = tmp_path / "a" / "b"
+    sub.mkdir(parents=True)
+    cfg = load(cwd=sub, env={})
+    assert cfg.project_root == tmp_path  # found from a subdirectory
+    assert cfg.namespace == "from-local" and cfg.exclude == ("*.log",) and cfg.hash_workers == 2
+    cfg = load(cwd=sub, env={"ROAR_NAMESPACE": "from-env", "ROAR_EMIT": "false"})
+    assert cfg.namespace == "from-env" and cfg.emit is False
+    cfg = load(cwd=sub, env={"ROAR_NAMESPACE": "from-env"}, namespace="from-arg")
+    assert cfg.namespace == "from-arg"
+
+
+def test_roar_home_env_and_relative_home(tmp_path):
+    write(tmp_path / ".roar" / "config.toml", 'home = "state"\n')
+    assert load(cwd=tmp_path, env={}).home == tmp_path / "state"
+    assert load(cwd=tmp_path, env={"ROAR_HOME": str(tmp_path / "x")}).home == tmp_path / "x"
+
+
+@pytest.mark.parametrize(
+    "where, text, key",
+    [
+        ("pyproject.toml", "[tool.roar]\nnamespce = 'typo'\n", "namespce"),
+        (".roar/config.toml", "databse_url = 'x'\n", "databse_url"),
+    ],
+)
+def test_unknown_keys_are_named(tmp_path, where, text, key):
+    write(tmp_path / where, text)
+    with pytest.raises(ConfigError) as e:
+        load(cwd=tmp_path, env={})
+    msg = str(e.value)
+    assert f"'{key}'" in msg and "\n" not in msg and "valid keys" in msg
+
+
+def test_unknown_env_variable_is_named(tmp_path):
+    with pytest.raises(ConfigError, match="ROAR_NAMSPACE"):
+        load(cwd=tmp_path, env={"ROAR_NAMSPACE": "x"})
+    # Tracer plumbing variables are not config keys and are accepted.
+    load(cwd=tmp_path, env={"ROAR_SESSION_DIR": "/x", "ROAR_TASK_TAG": "t"})
+
+
+@pytest.mark.parametrize("env", [{"ROAR_HASH_WORKERS": "many"}, {"ROAR_EMIT": "perhaps"}])
+def test_bad_values(tmp_path, env):
+    with pytest.raises(ConfigError, match="bad value"):
+        load(cwd=tmp_path, env=env)
+
+
+def test_invalid_toml_is_one_line(tmp_path):
+    write(tmp_path / ".roar" / "config.toml", "namespace = \n")
+    with pytest.raises(ConfigError, match="invalid TOML"):
+        load(cwd=tmp_path, env={})
+
+
+def test_empty_namespace_rejected(tmp_path):
+    with pytest.raises(ConfigError, match="namespace"):
+        load(cwd=tmp_path, env={"ROAR_NAMESPACE": ""})

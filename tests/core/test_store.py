@@ -1,0 +1,376 @@
+"""Store tests, each run against SQLite and a real PostgreSQL server (see tests/conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine, inspect, text
+
+from roar_core.store import (
+    Access,
+    CodeFile,
+    Store,
+    StoreError,
+    TaskRun,
+    WorkflowRun,
+    _alembic_config,
+    _normalize_url,
+)
+from roar_core.store_schema import VERSION_TABLE, Base
+
+T0 = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
+
+
+def digest(n: int) -> str:
+    return "blake3:" + f"{n:064x}"
+
+
+D0, D1, D2, D3 = (digest(n) for n in (0xD0, 0xD1, 0xD2, 0xD3))
+
+
+@dataclass
+class Where:
+    """Where a test's store lives; `open()` may be called again (or in another process)."""
+
+    url: str | None = None
+    home: Path | None = None
+
+    def open(self) -> Store:
+        return Store.open(url=self.url, home=self.home)
+
+    def sa_url(self) -> str:
+        if self.url is not None:
+            return _normalize_url(self.url).render_as_string(hide_password=False)
+        return f"sqlite:///{self.home / 'lineage.db'}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> Where:
+    if request.param == "sqlite":
+        return Where(home=tmp_path / "roar-home" / ".roar")
+    return Where(url=request.getfixturevalue("postgres_schema_url"))
+
+
+@pytest.fixture
+def store(where: Where):
+    with where.open() as s:
+        yield s
+
+
+def task(store: Store, job: str, minute: int, **kw) -> str:
+    run_id = str(uuid.uuid4())
+    store.start_task_run(TaskRun(run_id, "cli", "test", job, T0 + timedelta(minutes=minute), **kw))
+    return run_id
+
+
+def finish(store: Store, run_id: str, minute: int, status: str = "COMPLETE") -> None:
+    store.finish_task_run(run_id, status, T0 + timedelta(minutes=minute), exit_code=0)
+
+
+def pipeline(store: Store, d: Path) -> dict[str, str]:
+    """gen -> a.txt; cp a.txt b.txt; transform b.txt -> c.txt; report c.txt -> report.txt."""
+    a, b, c, r = (str(d / n) for n in ("a.txt", "b.txt", "c.txt", "report.txt"))
+    runs = {}
+    steps = [
+        ("gen", [], [(a, D1)]),
+        ("cp", [(a, D1)], [(b, D1)]),
+        ("transform", [(b, D1)], [(c, D2)]),
+        ("report", [(c, D2)], [(r, D3)]),
+    ]
+    for minute, (job, ins, outs) in enumerate(steps):
+        run_id = task(store, job, minute * 10)
+        store.record_accesses(
+            run_id,
+            [Access(u, "input", dg, size=5) for u, dg in ins]
+            + [Access(u, "output", dg, size=5, mtime_ns=1) for u, dg in outs],
+        )
+        finish(store, run_id, minute * 10 + 1)
+        runs[job] = run_id
+    return runs
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def test_migrates_empty_database_to_head_matching_models(where: Where) -> None:
+    where.open().close()
+    where.open().close()  # second open: already at head, nothing to do
+    engine = create_engine(where.sa_url())
+    try:
+        with engine.connect() as conn:
+            tables = set(inspect(conn).get_table_names())
+            assert {
+                "workflow_runs",
+                "task_runs",
+                "artifacts",
+                "file_versions",
+                "accesses",
+            } <= tables
+            ctx = MigrationContext.configure(
+                conn, opts={"version_table": VERSION_TABLE, "compare_type": True}
+            )
+            head = ScriptDirectory.from_config(_alembic_config()).get_current_head()
+            assert ctx.get_current_revision() == head
+            # The hand-written revision and store_schema.py must describe the same tables.
+            assert compare_metadata(ctx, Base.metadata) == []
+    finally:
+        engine.dispose()
+
+
+def test_database_from_a_newer_roar_is_refused(where: Where) -> None:
+    where.open().close()
+    engine = create_engine(where.sa_url())
+    with engine.begin() as conn:
+        conn.execute(text(f"UPDATE {VERSION_TABLE} SET version_num = 'fffffff'"))
+    engine.dispose()
+    with pytest.raises(StoreError, match="revision fffffff is unknown.*newer") as info:
+        where.open()
+    assert "\n" not in str(info.value)
+
+
+def _open_and_write(where: Where, barrier, n: int) -> None:
+    barrier.wait(timeout=30)
+    with where.open() as s:
+        s.start_workflow_run(WorkflowRun(f"wf-{n}", "cli", "test", f"job{n}", T0))
+
+
+def test_concurrent_opens_of_a_new_database(where: Where) -> None:
+    ctx = multiprocessing.get_context("fork")
+    barrier = ctx.Barrier(4)
+    procs = [ctx.Process(target=_open_and_write, args=(where, barrier, n)) for n in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=60)
+    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+    with where.open() as s:
+        assert {s.workflow_run(f"wf-{n}").job_name for n in range(4)} == {
+            "job0",
+            "job1",
+            "job2",
+            "job3",
+        }
+
+
+def test_workflow_task_access_round_trip(store: Store) -> None:
+    cest = timezone(timedelta(hours=2))
+    store.start_workflow_run(
+        WorkflowRun("wf", "snakemake", "ns", "pipeline", T0.astimezone(cest), facets={"x": 1})
+    )
+    run_id = str(uuid.uuid4())
+    store.start_task_run(
+        TaskRun(
+            run_id,
+            "snakemake",
+            "ns",
+            "pipeline.rule_a",
+            T0 + timedelta(seconds=1),
+            workflow_run_id="wf",
+            engine_task_id="7",
+            attempt=2,
+            host="node1",
+            pid=1234,
+            command=["python", "a.py", "--token", "***"],
+            code=[CodeFile("/src/a.py", D0)],
+            environment={"python": "3.11"},
+        )
+    )
+    rec = store.task_run(run_id)
+    assert rec.status == "RUNNING" and rec.ended_at is None
+    store.record_accesses(
+        run_id,
+        [
+            Access("/data/in.csv", "input", D0.removeprefix("blake3:"), size=10),
+            Access("s3://bucket/out/part-0.parquet", "output", D1, size=20, mtime_ns=5),
+            Access("/data/old.csv", "deleted", None),
+            Access("/tmp/scratch", "transient", None),
+        ],
+    )
+    store.finish_task_run(
+        run_id,
+        "FAIL",
+        T0 + timedelta(seconds=9),
+        3,
+        "boom",
+        dropped_events=4,
+        code=[CodeFile("/src/a.py", D0), CodeFile("/src/lib.py", D1)],
+        traced=False,
+        untraced_reason="ran a static binary",
+    )
+    store.finish_workflow_run("wf", "FAIL", T0 + timedelta(seconds=10))
+
+    rec = store.task_run(run_id)
+    assert (rec.status, rec.exit_code, rec.error_message, rec.dropped_events) == (
+        "FAIL",
+        3,
+        "boom",
+        4,
+    )
+    assert (rec.attempt, rec.host, rec.pid, rec.engine_task_id) == (2, "node1", 1234, "7")
+    assert rec.started_at == T0 + timedelta(seconds=1) and rec.started_at.tzinfo is not None
+    assert rec.command == ["python", "a.py", "--token", "***"]
+    assert rec.code == [CodeFile("/src/a.py", D0), CodeFile("/src/lib.py", D1)]
+    assert (rec.traced, rec.untraced_reason) == (False, "ran a static binary")
+    assert rec.environment == {"python": "3.11"}
+    wf = store.workflow_run("wf")
+    assert (wf.status, wf.started_at, wf.facets) == ("FAIL", T0, {"x": 1})
+    assert [r.run_id for r in store.task_runs(workflow_run_id="wf")] == [run_id]
+    assert [r.run_id for r in store.task_runs(limit=1)] == [run_id]
+
+    acc = store.accesses_of(run_id)
+    assert [(a.uri, a.role, a.digest) for a in acc] == [
+        ("/data/in.csv", "input", D0),
+        ("s3://bucket/out/part-0.parquet", "output", D1),
+        ("/data/old.csv", "deleted", None),
+        ("/tmp/scratch", "transient", None),
+    ]
+    assert (acc[0].dataset_namespace, acc[0].dataset_name) == ("file", "/data/in.csv")
+    assert (acc[1].dataset_namespace, acc[1].dataset_name) == ("s3://bucket", "out/part-0.parquet")
+    out = store.latest_version("s3://bucket/out/part-0.parquet")
+    assert (out.digest, out.size, out.mtime_ns, out.producer_run_id) == (D1, 20, 5, run_id)
+    seen = store.latest_version("/data/in.csv")
+    assert (seen.digest, seen.producer_run_id) == (D0, None)
+    assert store.latest_version("/nowhere") is None
+
+
+def test_bad_inputs_are_refused_with_clear_errors(store: Store) -> None:
+    with pytest.raises(ValueError, match="timezone-aware"):
+        store.start_task_run(TaskRun("r", "cli", "ns", "j", datetime(2026, 1, 1)))
+    with pytest.raises(StoreError, match="cannot record task run r"):
+        store.start_task_run(TaskRun("r", "cli", "ns", "j", T0, workflow_run_id="missing"))
+    with pytest.raises(StoreError, match="unknown task run nope"):
+        store.record_accesses("nope", [Access("/x", "input", D0)])
+    with pytest.raises(StoreError, match="unknown task run nope"):
+        store.finish_task_run("nope", "COMPLETE", T0)
+    run_id = task(store, "j", 0)
+    with pytest.raises(ValueError, match="role"):
+        store.record_accesses(run_id, [Access("/x", "read", D0)])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="absolute"):
+        store.record_accesses(run_id, [Access("rel/x", "input", D0)])
+    with pytest.raises(ValueError, match="blake3"):
+        store.record_accesses(run_id, [Access("/x", "input", "sha256:abc")])
+    with pytest.raises(ValueError, match="status"):
+        store.finish_task_run(run_id, "DONE", T0)
+    assert store.accesses_of(run_id) == []  # nothing half-written
+
+
+def test_producer_of_is_latest_output_with_that_content(store: Store, tmp_path: Path) -> None:
+    runs = pipeline(store, tmp_path)
+    prod = store.producer_of(D1)
+    assert (prod.uri, prod.run_id, prod.job_name) == (str(tmp_path / "b.txt"), runs["cp"], "cp")
+    older = store.producer_of(D1.removeprefix("blake3:"), exclude_run=runs["cp"])
+    assert (older.uri, older.run_id) == (str(tmp_path / "a.txt"), runs["gen"])
+    assert store.producer_of(D0) is None
+
+
+def test_upstream_lineage_follows_content_across_a_copy(store: Store, tmp_path: Path) -> None:
+    runs = pipeline(store, tmp_path)
+    graph = store.lineage(str(tmp_path / "report.txt"))
+    assert {r.run_id for r in graph.runs.values()} == set(runs.values())
+    uris = {(a.uri, a.digest) for a in graph.artifacts.values()}
+    assert uris == {
+        (str(tmp_path / "a.txt"), D1),
+        (str(tmp_path / "b.txt"), D1),
+        (str(tmp_path / "c.txt"), D2),
+        (str(tmp_path / "report.txt"), D3),
+    }
+    a_txt = f"artifact:{D1}:{tmp_path / 'a.txt'}"
+    assert {(e.source, e.target, e.kind) for e in graph.edges} >= {
+        (f"run:{runs['gen']}", a_txt, "output"),
+        (a_txt, f"run:{runs['cp']}", "input"),
+    }
+    assert graph.root == f"artifact:{D3}:{tmp_path / 'report.txt'}"
+    data = graph.to_dict()
+    assert len(data["runs"]) == 4 and len(data["edges"]) == 7
+    # depth counts runs: report and what it read, nothing above.
+    shallow = store.lineage(str(tmp_path / "report.txt"), depth=1)
+    assert [r.job_name for r in shallow.runs.values()] == ["report"]
+    by_digest = store.lineage(D3)
+    assert set(by_digest.runs) == set(graph.runs)
+    assert json.loads(json.dumps(data)) == data
+    unknown = store.lineage(str(tmp_path / "never-seen"))
+    assert (unknown.root, unknown.runs, unknown.edges) == (None, {}, set())
+
+
+def test_downstream_lineage_from_a_source_file(store: Store, tmp_path: Path) -> None:
+    runs = pipeline(store, tmp_path)
+    graph = store.lineage(str(tmp_path / "a.txt"), "downstream")
+    assert {r.job_name for r in graph.runs.values()} == {"cp", "transform", "report"}
+    a_txt = f"artifact:{D1}:{tmp_path / 'a.txt'}"
+    # transform read b.txt (same content as a.txt): it hangs off cp's output, not off a.txt.
+    assert {e.target for e in graph.edges if e.source == a_txt} == {f"run:{runs['cp']}"}
+    assert f"artifact:{D3}:{tmp_path / 'report.txt'}" in graph.artifacts
+    one = store.lineage(str(tmp_path / "a.txt"), "downstream", depth=1)
+    assert {r.job_name for r in one.runs.values()} == {"cp"}
+
+
+def test_read_modify_write_keeps_the_version_read(store: Store, tmp_path: Path) -> None:
+    f = str(tmp_path / "f.json")
+    writer = task(store, "init", 0)
+    store.record_accesses(writer, [Access(f, "output", D0)])
+    rmw = task(store, "bump", 5)
+    store.record_accesses(rmw, [Access(f, "input", D0), Access(f, "output", D1)])
+    assert [(a.role, a.digest) for a in store.accesses_of(rmw)] == [("input", D0), ("output", D1)]
+    latest = store.latest_version(f)
+    assert (latest.digest, latest.producer_run_id) == (D1, rmw)
+    graph = store.lineage(f)
+    assert {r.job_name for r in graph.runs.values()} == {"init", "bump"}
+    assert (f"artifact:{D0}:{f}", f"run:{rmw}", "input") in {
+        (e.source, e.target, e.kind) for e in graph.edges
+    }
+
+
+def test_input_copied_outside_roar_takes_the_producers_identity(
+    store: Store, tmp_path: Path
+) -> None:
+    runs = pipeline(store, tmp_path)
+    manual = str(tmp_path / "manual-copy.txt")  # `cp c.txt manual-copy.txt` by hand
+    reader = task(store, "reader", 100)
+    store.record_accesses(reader, [Access(manual, "input", D2)])
+    (acc,) = store.accesses_of(reader)
+    assert (acc.uri, acc.digest, acc.path_read) == (manual, D2, manual)
+    assert (acc.dataset_namespace, acc.dataset_name) == ("file", str(tmp_path / "c.txt"))
+    up = store.lineage(manual)
+    assert f"run:{runs['gen']}" in up.runs and f"run:{reader}" not in up.runs
+    # The copy is an alias of c.txt's dataset, so c.txt's readers are downstream of it too.
+    down = store.lineage(manual, "downstream")
+    assert down.root == f"artifact:{D2}:{tmp_path / 'c.txt'}"
+    assert {r.job_name for r in down.runs.values()} == {"report", "reader"}
+
+
+def test_unwritable_home_is_a_one_line_store_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(StoreError) as info:
+        Store.open(home=blocker / ".roar")
+    assert str(blocker / ".roar") in str(info.value) and "\n" not in str(info.value)
+
+
+def test_read_only_home_is_a_one_line_store_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "ro"
+    home.mkdir(mode=0o500)
+    if os.geteuid() == 0:
+        # Root writes through directory permissions; pretend the check sees what others would.
+        monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != home)
+    with pytest.raises(StoreError, match="not writable") as info:
+        Store.open(home=home)
+    assert str(home) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_unreachable_server_is_a_one_line_store_error() -> None:
+    with pytest.raises(StoreError) as info:
+        Store.open(url="postgresql://nobody:secret@127.0.0.1:1/none?connect_timeout=2")
+    msg = str(info.value)
+    assert "127.0.0.1:1/none" in msg and "secret" not in msg and "\n" not in msg
