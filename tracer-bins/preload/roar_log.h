@@ -87,7 +87,7 @@ struct roar_record {
     int32_t fd;           /*  40: fd the op acted on (close, dup: old fd) */
     uint32_t rflags;      /*  44: ROAR_RF_* */
     uint64_t mono_ns;     /*  48: CLOCK_MONOTONIC */
-    uint64_t wall_ns;     /*  56: CLOCK_REALTIME */
+    uint64_t wall_ns;     /*  56: CLOCK_REALTIME, derived: start_wall_ns + (mono_ns - start_mono_ns) */
     uint64_t st_dev;      /*  64: stat fields, valid with ROAR_RF_STAT */
     uint64_t st_ino;      /*  72 */
     uint64_t st_size;     /*  80 */

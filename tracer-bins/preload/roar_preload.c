@@ -141,6 +141,7 @@ static struct {
     char *chunks[ROAR_MAX_CHUNKS];
     uint32_t nchunks; /* highest chunk index mapped + 1 */
     uint64_t file_size;
+    uint64_t start_mono, start_wall;
     int grow_lock;
     uint64_t dropped_nolog;
     int tracked_fds;
@@ -399,8 +400,10 @@ static void emit(struct ev *e) {
     r->flags = e->flags;
     r->mode = e->mode;
     r->fd = e->fd;
+    /* One clock read per record: wall time is derived from the pair taken when the
+     * log was created. */
     r->mono_ns = now_ns(CLOCK_MONOTONIC);
-    r->wall_ns = now_ns(CLOCK_REALTIME);
+    r->wall_ns = g.start_wall + (r->mono_ns - g.start_mono);
     if (e->st) {
         rflags |= ROAR_RF_STAT;
         r->st_dev = e->st->st_dev;
@@ -539,20 +542,45 @@ static void fd_copy(int from, int to) {
 /* ------------------------------------------------------------------ open/close */
 
 struct pre_open {
-    int have;
+    int have;    /* whether the path existed before is known */
     int existed;
+    int have_st; /* st is the previous version's identity (freopen only) */
     struct stat st;
 };
 
+/* Whether an O_CREAT open creates its file decides "created" versus "overwritten".
+ * Asking with O_EXCL first answers that with no extra syscall for a new file (the
+ * usual case for outputs); only an existing file costs one failed open, after which
+ * the program's own open runs unchanged, so its result and errno are the real ones. */
+static inline int probe_excl(int flags) {
+    return recording() && writable(flags) && (flags & O_CREAT) && !(flags & O_EXCL) &&
+           !(flags & O_DIRECTORY) && (flags & O_TMPFILE) != O_TMPFILE;
+}
+
+#define PROBED(pre, flags, CALL_EXCL, CALL)     \
+    int fd;                                     \
+    struct pre_open pre = {0};                  \
+    if (probe_excl(flags)) {                    \
+        int saved_ = errno;                     \
+        fd = CALL_EXCL;                         \
+        pre.have = 1;                           \
+        if (fd < 0) {                           \
+            pre.have = pre.existed = errno == EEXIST; \
+            errno = saved_;                     \
+            fd = CALL;                          \
+        }                                       \
+    } else {                                    \
+        fd = CALL;                              \
+    }
+
+/* freopen cannot be retried (the stream is gone after a failure): stat instead. */
 static void open_before(int dirfd, const char *path, int flags, struct pre_open *pre) {
-    pre->have = pre->existed = 0;
+    pre->have = pre->existed = pre->have_st = 0;
     if (!recording() || !writable(flags) || !path) return;
-    /* The previous version's identity matters only when the open itself may destroy
-     * it (create or truncate); otherwise fstat after the open sees the same thing. */
     if (((flags & O_CREAT) && !(flags & O_EXCL)) || (flags & O_TRUNC)) {
         int saved = errno;
         pre->have = 1;
-        pre->existed = stat_to(dirfd, path, 0, &pre->st) == 0;
+        pre->existed = pre->have_st = stat_to(dirfd, path, 0, &pre->st) == 0;
         errno = saved;
     }
 }
@@ -571,17 +599,14 @@ static void open_after(int dirfd, const char *path, int flags, mode_t mode, int 
     if (fd >= 0 && (flags & O_TMPFILE) == O_TMPFILE) {
         track = TRACK_MODIFIED; /* anonymous until linked: never an input */
     } else if (fd >= 0 && writable(flags)) {
-        if (pre->have) {
-            if (pre->existed) {
-                rflags |= ROAR_RF_EXISTED;
-                e.st = &pre->st;
-            }
-            track = (!pre->existed || (flags & O_TRUNC)) ? TRACK_MODIFIED : TRACK_COMPARE;
-            baseline = pre->existed ? &pre->st : NULL;
-        } else if (flags & O_EXCL) {
-            track = TRACK_MODIFIED;
+        int existed = pre->have ? pre->existed : !(flags & O_EXCL);
+        if (existed) rflags |= ROAR_RF_EXISTED;
+        if (pre->have_st) e.st = &pre->st;
+        if (!existed || (flags & O_TRUNC)) {
+            track = TRACK_MODIFIED; /* created or truncated: an output, nothing to compare */
         } else if (fstat(fd, &st) == 0) {
-            rflags |= ROAR_RF_EXISTED;
+            /* Opened for update: the state now is the version before any write, the
+             * baseline that close compares with. */
             e.st = baseline = &st;
             track = TRACK_COMPARE;
         } else {
@@ -602,13 +627,13 @@ static void close_record(int fd) {
     struct stat st;
     struct ev e = {.op = ROAR_OP_CLOSE, .fd = fd};
     char tmp[PATH_MAX];
-    if (fstat(fd, &st) == 0) {
+    if (fs->track == TRACK_MODIFIED) {
+        e.rflags |= ROAR_RF_MODIFIED; /* known already: the hash will say the rest */
+    } else if (fstat(fd, &st) == 0) {
         e.st = &st;
-        if (fs->track == TRACK_MODIFIED || st.st_size != fs->size ||
-            ts_ns(st.st_mtim) != fs->mtime_ns || ts_ns(st.st_ctim) != fs->ctime_ns)
+        if (st.st_size != fs->size || ts_ns(st.st_mtim) != fs->mtime_ns ||
+            ts_ns(st.st_ctim) != fs->ctime_ns)
             e.rflags |= ROAR_RF_MODIFIED;
-    } else if (fs->track == TRACK_MODIFIED) {
-        e.rflags |= ROAR_RF_MODIFIED;
     }
     if (fd < FD_PATH_MAX && fd_paths[fd].len) {
         e.p1.s = fd_paths[fd].path;
@@ -638,49 +663,46 @@ static void fd_forget(int fd) {
 
 static inline int tracked(int fd) { return fd >= 0 && fd < FD_STATE_MAX && fd_states[fd].track; }
 
-#define OPEN_HOOK(name, ...)                                   \
-    EXPORT int name(const char *path, int flags, ...) {        \
-        mode_t mode = 0;                                       \
-        if (needs_mode(flags)) {                               \
-            va_list ap;                                        \
-            va_start(ap, flags);                               \
-            mode = va_arg(ap, mode_t);                         \
-            va_end(ap);                                        \
-        }                                                      \
-        struct pre_open pre;                                   \
-        open_before(AT_FDCWD, path, flags, &pre);              \
-        int fd = REAL(name)(path, flags, mode);                \
-        open_after(AT_FDCWD, path, flags, mode, fd, &pre, 0);  \
-        return fd;                                             \
+#define OPEN_HOOK(name)                                                            \
+    EXPORT int name(const char *path, int flags, ...) {                            \
+        mode_t mode = 0;                                                           \
+        if (needs_mode(flags)) {                                                   \
+            va_list ap;                                                            \
+            va_start(ap, flags);                                                   \
+            mode = va_arg(ap, mode_t);                                             \
+            va_end(ap);                                                            \
+        }                                                                          \
+        PROBED(pre, flags, REAL(name)(path, flags | O_EXCL, mode),                 \
+               REAL(name)(path, flags, mode))                                      \
+        open_after(AT_FDCWD, path, flags, mode, fd, &pre, 0);                      \
+        return fd;                                                                 \
     }
 
 OPEN_HOOK(open)
 OPEN_HOOK(open64)
 
-#define OPENAT_HOOK(name)                                               \
-    EXPORT int name(int dirfd, const char *path, int flags, ...) {      \
-        mode_t mode = 0;                                                \
-        if (needs_mode(flags)) {                                        \
-            va_list ap;                                                 \
-            va_start(ap, flags);                                        \
-            mode = va_arg(ap, mode_t);                                  \
-            va_end(ap);                                                 \
-        }                                                               \
-        struct pre_open pre;                                            \
-        open_before(dirfd, path, flags, &pre);                          \
-        int fd = REAL(name)(dirfd, path, flags, mode);                  \
-        open_after(dirfd, path, flags, mode, fd, &pre, 0);              \
-        return fd;                                                      \
+#define OPENAT_HOOK(name)                                                          \
+    EXPORT int name(int dirfd, const char *path, int flags, ...) {                 \
+        mode_t mode = 0;                                                           \
+        if (needs_mode(flags)) {                                                   \
+            va_list ap;                                                            \
+            va_start(ap, flags);                                                   \
+            mode = va_arg(ap, mode_t);                                             \
+            va_end(ap);                                                            \
+        }                                                                          \
+        PROBED(pre, flags, REAL(name)(dirfd, path, flags | O_EXCL, mode),          \
+               REAL(name)(dirfd, path, flags, mode))                               \
+        open_after(dirfd, path, flags, mode, fd, &pre, 0);                         \
+        return fd;                                                                 \
     }
 
 OPENAT_HOOK(openat)
 OPENAT_HOOK(openat64)
 
-/* The _FORTIFY_SOURCE entry points: no mode argument by contract. */
+/* The _FORTIFY_SOURCE entry points: no mode argument, so never O_CREAT (glibc aborts). */
 #define OPEN2_HOOK(name)                                    \
     EXPORT int name(const char *path, int flags) {          \
-        struct pre_open pre;                                \
-        open_before(AT_FDCWD, path, flags, &pre);           \
+        struct pre_open pre = {0};                          \
         int fd = REAL(name)(path, flags);                   \
         open_after(AT_FDCWD, path, flags, 0, fd, &pre, 0);  \
         return fd;                                          \
@@ -691,8 +713,7 @@ OPEN2_HOOK(__open64_2)
 
 #define OPENAT2_HOOK(name)                                      \
     EXPORT int name(int dirfd, const char *path, int flags) {   \
-        struct pre_open pre;                                    \
-        open_before(dirfd, path, flags, &pre);                  \
+        struct pre_open pre = {0};                              \
         int fd = REAL(name)(dirfd, path, flags);                \
         open_after(dirfd, path, flags, 0, fd, &pre, 0);         \
         return fd;                                              \
@@ -701,14 +722,12 @@ OPEN2_HOOK(__open64_2)
 OPENAT2_HOOK(__openat_2)
 OPENAT2_HOOK(__openat64_2)
 
-#define CREAT_HOOK(name)                                               \
-    EXPORT int name(const char *path, mode_t mode) {                   \
-        int flags = O_CREAT | O_WRONLY | O_TRUNC;                      \
-        struct pre_open pre;                                           \
-        open_before(AT_FDCWD, path, flags, &pre);                      \
-        int fd = REAL(name)(path, mode);                               \
-        open_after(AT_FDCWD, path, flags, mode, fd, &pre, 0);          \
-        return fd;                                                     \
+#define CREAT_HOOK(name)                                                              \
+    EXPORT int name(const char *path, mode_t mode) {                                  \
+        int flags = O_CREAT | O_WRONLY | O_TRUNC;                                     \
+        PROBED(pre, flags, REAL(open)(path, flags | O_EXCL, mode), REAL(name)(path, mode)) \
+        open_after(AT_FDCWD, path, flags, mode, fd, &pre, 0);                         \
+        return fd;                                                                    \
     }
 
 CREAT_HOOK(creat)
@@ -730,15 +749,38 @@ static int fopen_flags(const char *m) {
     return flags;
 }
 
-#define FOPEN_HOOK(name)                                                         \
-    EXPORT FILE *name(const char *path, const char *m) {                         \
-        int flags = fopen_flags(m);                                              \
-        struct pre_open pre;                                                     \
-        open_before(AT_FDCWD, path, flags, &pre);                                \
-        FILE *f = REAL(name)(path, m);                                           \
-        open_after(AT_FDCWD, path, flags, 0666, f ? fileno(f) : -1, &pre,        \
-                   ROAR_RF_FOPEN);                                               \
-        return f;                                                                \
+/* The same probe for stdio: mode "w" becomes "wx" (before any ",ccs=" suffix). */
+static const char *fopen_excl_mode(const char *m, char *buf, size_t n) {
+    size_t l = strcspn(m, ",");
+    if (strlen(m) + 2 > n) return NULL;
+    memcpy(buf, m, l);
+    buf[l] = 'x';
+    strcpy(buf + l + 1, m + l);
+    return buf;
+}
+
+#define FOPEN_HOOK(name)                                                              \
+    EXPORT FILE *name(const char *path, const char *m) {                              \
+        int flags = fopen_flags(m);                                                   \
+        char xm[64];                                                                  \
+        const char *xmode = m ? fopen_excl_mode(m, xm, sizeof xm) : NULL;             \
+        FILE *f;                                                                      \
+        struct pre_open pre = {0};                                                    \
+        if (xmode && probe_excl(flags)) {                                             \
+            int saved_ = errno;                                                       \
+            f = REAL(name)(path, xmode);                                              \
+            pre.have = 1;                                                             \
+            if (!f) {                                                                 \
+                pre.have = pre.existed = errno == EEXIST;                             \
+                errno = saved_;                                                       \
+                f = REAL(name)(path, m);                                              \
+            }                                                                         \
+        } else {                                                                      \
+            f = REAL(name)(path, m);                                                  \
+        }                                                                             \
+        open_after(AT_FDCWD, path, flags, 0666, f ? fileno(f) : -1, &pre,             \
+                   ROAR_RF_FOPEN);                                                    \
+        return f;                                                                     \
     }
 
 FOPEN_HOOK(fopen)
@@ -1356,6 +1398,8 @@ static int log_open(uint32_t origin) {
     hdr->start_wall_ns = wall;
     hdr->dropped = __atomic_exchange_n(&g.dropped_nolog, 0, __ATOMIC_RELAXED);
     g.file_size = size;
+    g.start_mono = mono;
+    g.start_wall = wall;
     g.chunks[0] = c;
     g.nchunks = 1;
     __atomic_store_n(&g.hdr, hdr, __ATOMIC_RELEASE);

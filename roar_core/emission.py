@@ -1,0 +1,502 @@
+"""Build OpenLineage `RunEvent`s for tasks and workflow runs.
+
+Pure functions over small records: no I/O, no transport (the spool sends). One run per task:
+START at begin, COMPLETE/FAIL/ABORT at end with the task's inputs and outputs, linked to the
+workflow run by the `parent` facet. Files are named by path (`file` namespace) or URI (`s3://`)
+and carry their blake3 digest as `version` and `contentHash`, so consumers can join runs by
+content even when paths differ.
+
+Everything that could hold a secret (command line, error text) is masked here, at the last
+point before an event exists, so no caller can forget it.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from functools import cache
+from importlib import metadata
+from typing import Any
+from urllib.parse import urlsplit
+from uuid import UUID
+
+from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, RunEvent, RunState
+from openlineage.client.facet_v2 import (
+    DatasetFacet,
+    JobFacet,
+    RunFacet,
+    dataset_version_dataset,
+    error_message_run,
+    job_type_job,
+    lifecycle_state_change_dataset,
+    output_statistics_output_dataset,
+    parent_run,
+    processing_engine_run,
+    source_code_job,
+    source_code_location_job,
+    symlinks_dataset,
+)
+from openlineage.client.serde import Serde
+from openlineage.client.uuid import generate_new_uuid
+
+from roar_core.facets import ContentHashDatasetFacet, RoarIORunFacet, RoarTaskRunFacet
+from roar_core.redact import redact_argv, redact_text
+
+HASH_ALGORITHM = "blake3"
+_HEX_DIGEST = re.compile(r"[0-9a-f]{64}")  # blake3's default 32-byte output
+_LIFECYCLES = tuple(s.value for s in lifecycle_state_change_dataset.LifecycleStateChange)
+# Symlink identifiers name the path a task actually read when it is published under the
+# producer's identity (join by content hash).
+SYMLINK_TYPE = "FILE"
+
+
+@cache
+def roar_version() -> str:
+    try:
+        return metadata.version("roar-core")
+    except metadata.PackageNotFoundError:  # running from a source checkout
+        import roar_core
+
+        return getattr(roar_core, "__version__", "0+unknown")
+
+
+@cache
+def producer() -> str:
+    """URI naming roar as the producer of events and facets (never the client's default)."""
+    return f"https://roar.dev/roar-core/{roar_version()}"
+
+
+def new_run_id() -> str:
+    """A fresh run id: UUIDv7 (time-ordered) from the client's helper."""
+    return str(generate_new_uuid())
+
+
+# ---- inputs -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """Another run this one hangs under (the workflow run of a task, for instance)."""
+
+    namespace: str
+    job_name: str
+    run_id: str
+
+
+@dataclass
+class Dataset:
+    """A file or object as read or written by a task."""
+
+    namespace: str
+    name: str
+    digest: str | None = None
+    """blake3 hex digest of the content; None when unknown (e.g. deleted)."""
+    size: int | None = None
+    symlinks: list[tuple[str, str]] = field(default_factory=list)
+    """(namespace, name) of the paths actually read, when published under another identity."""
+    lifecycle: str | None = None
+    """CREATE, OVERWRITE, DROP, TRUNCATE, RENAME or ALTER."""
+    previous: tuple[str, str] | None = None
+    """(namespace, name) before a RENAME."""
+
+
+@dataclass(frozen=True)
+class JobType:
+    processing_type: str = "BATCH"
+    integration: str = "ROAR"
+    job_type: str = "TASK"
+
+
+@dataclass(frozen=True)
+class Engine:
+    """The workflow engine that ran the job (e.g. ray 2.60)."""
+
+    name: str
+    version: str
+
+
+@dataclass
+class TaskInfo:
+    """Fields of the `roar_task` run facet."""
+
+    engine: str
+    engine_task_id: str
+    host: str
+    pid: int
+    attempt: int = 0
+    node_id: str | None = None
+    traced: bool = True
+    untraced_reason: str | None = None
+    dropped_events: int = 0
+    command: list[str] | None = None
+    parent_task_id: str | None = None
+
+
+@dataclass
+class IOCheck:
+    """Fields of the `roar_io` run facet: observed versus declared I/O."""
+
+    undeclared_reads: list[str] | None = None
+    undeclared_writes: list[str] | None = None
+    declared_untouched: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class SourceCode:
+    language: str
+    source: str
+
+
+@dataclass(frozen=True)
+class CodeLocation:
+    url: str
+    type: str = "git"
+    repo_url: str | None = None
+    path: str | None = None
+    version: str | None = None
+    tag: str | None = None
+    branch: str | None = None
+
+
+@dataclass
+class _Lineage:
+    namespace: str
+    job_name: str
+    run_id: str
+    event_time: datetime | str | None = None
+    """Aware datetime or ISO-8601 string with offset; None means now."""
+    parent: RunRef | None = None
+    root: RunRef | None = None
+    """Top of the run tree; defaults to `parent` (a workflow run is normally the top)."""
+    engine: Engine | None = None
+    error_message: str | None = None
+    """Used by FAIL and ABORT events only."""
+    stack_trace: str | None = None
+    error_language: str = "python"
+    source_code: SourceCode | None = None
+    code_location: CodeLocation | None = None
+    run_facets: Mapping[str, RunFacet] = field(default_factory=dict)
+    """Extra run facets (integration-specific); roar's own facets win on a key clash."""
+    job_facets: Mapping[str, JobFacet] = field(default_factory=dict)
+
+
+@dataclass
+class TaskLineage(_Lineage):
+    """Everything one task run's events say."""
+
+    inputs: list[Dataset] = field(default_factory=list)
+    outputs: list[Dataset] = field(default_factory=list)
+    job_type: JobType = JobType()
+    task: TaskInfo | None = None
+    io: IOCheck | None = None
+
+
+@dataclass
+class WorkflowLineage(_Lineage):
+    """A workflow run (DAG run, Snakemake invocation, Ray job): the parent of its tasks."""
+
+    job_type: JobType = JobType(job_type="DAG")
+
+
+# ---- dataset naming -------------------------------------------------------------------------
+
+
+def file_dataset(path: str, host: str | None = None) -> tuple[str, str]:
+    """(namespace, name) of a local file: `file` (or `file://host` for non-shared disks)."""
+    if not path or not posixpath.isabs(path):
+        # A relative path would be resolved against *this* process's cwd, not the task's.
+        raise ValueError(f"file dataset needs an absolute path, got {path!r}")
+    namespace = f"file://{_nonempty(host, 'host')}" if host is not None else "file"
+    return namespace, posixpath.normpath(path)
+
+
+def s3_dataset(uri: str) -> tuple[str, str]:
+    """(namespace, name) of an S3 object: `s3://bucket` and the key."""
+    parts = urlsplit(uri)
+    if parts.scheme not in ("s3", "s3a", "s3n"):
+        raise ValueError(f"not an S3 URI (s3://bucket/key): {uri!r}")
+    bucket = parts.netloc.rpartition("@")[2]  # never keep credentials from the URI
+    key = parts.path.lstrip("/")
+    if not bucket or not key:
+        raise ValueError(f"S3 URI needs a bucket and a key: {uri!r}")
+    return f"s3://{bucket}", key
+
+
+# ---- events -------------------------------------------------------------------------------
+
+
+def start_event(t: TaskLineage) -> RunEvent:
+    return _task_event(RunState.START, t)
+
+
+def complete_event(t: TaskLineage) -> RunEvent:
+    return _task_event(RunState.COMPLETE, t)
+
+
+def fail_event(t: TaskLineage) -> RunEvent:
+    return _task_event(RunState.FAIL, t)
+
+
+def abort_event(t: TaskLineage) -> RunEvent:
+    return _task_event(RunState.ABORT, t)
+
+
+def workflow_start(w: WorkflowLineage) -> RunEvent:
+    return _event(RunState.START, w, w.job_type)
+
+
+def workflow_complete(w: WorkflowLineage) -> RunEvent:
+    return _event(RunState.COMPLETE, w, w.job_type)
+
+
+def workflow_fail(w: WorkflowLineage) -> RunEvent:
+    return _event(RunState.FAIL, w, w.job_type)
+
+
+def workflow_abort(w: WorkflowLineage) -> RunEvent:
+    return _event(RunState.ABORT, w, w.job_type)
+
+
+def to_dict(event: RunEvent) -> dict[str, Any]:
+    """The event as JSON-ready data, as the client serializes it (no nulls)."""
+    return Serde.to_dict(event)
+
+
+def to_json(event: RunEvent) -> str:
+    """Deterministic JSON (sorted keys, no nulls): the client's own serializer."""
+    return Serde.to_json(event)
+
+
+def _task_event(state: RunState, t: TaskLineage) -> RunEvent:
+    run_facets: dict[str, RunFacet] = {}
+    if t.task is not None:
+        run_facets["roar_task"] = _task_facet(t.task)
+    if t.io is not None:
+        run_facets["roar_io"] = RoarIORunFacet(
+            undeclaredReads=t.io.undeclared_reads,
+            undeclaredWrites=t.io.undeclared_writes,
+            declaredUntouched=t.io.declared_untouched,
+            producer=producer(),
+        )
+    return _event(
+        state,
+        t,
+        t.job_type,
+        inputs=[_input(d) for d in t.inputs],
+        outputs=[_output(d) for d in t.outputs],
+        run_facets=run_facets,
+    )
+
+
+def _event(
+    state: RunState,
+    info: _Lineage,
+    job_type: JobType,
+    *,
+    inputs: list[InputDataset] | None = None,
+    outputs: list[OutputDataset] | None = None,
+    run_facets: dict[str, RunFacet] | None = None,
+) -> RunEvent:
+    namespace = _nonempty(info.namespace, "job namespace")
+    job_name = _nonempty(info.job_name, "job name")
+    facets: dict[str, RunFacet] = {**info.run_facets, **(run_facets or {})}
+    if info.parent is not None:
+        facets["parent"] = _parent_facet(info.parent, info.root or info.parent)
+    elif info.root is not None:
+        raise ValueError("root run given without a parent run")
+    if info.engine is not None:
+        facets["processing_engine"] = processing_engine_run.ProcessingEngineRunFacet(
+            version=_nonempty(info.engine.version, "engine version"),
+            name=_nonempty(info.engine.name, "engine name"),
+            openlineageAdapterVersion=roar_version(),
+            producer=producer(),
+        )
+    if state in (RunState.FAIL, RunState.ABORT) and info.error_message:
+        facets["errorMessage"] = error_message_run.ErrorMessageRunFacet(
+            message=redact_text(info.error_message),
+            programmingLanguage=info.error_language,
+            stackTrace=redact_text(info.stack_trace) if info.stack_trace else None,
+            producer=producer(),
+        )
+    return RunEvent(
+        eventType=state,
+        eventTime=_event_time(info.event_time),
+        run=Run(runId=_run_id(info.run_id), facets=facets),
+        job=Job(namespace=namespace, name=job_name, facets=_job_facets(info, job_type)),
+        inputs=inputs or [],
+        outputs=outputs or [],
+        producer=producer(),
+    )
+
+
+def _job_facets(info: _Lineage, job_type: JobType) -> dict[str, JobFacet]:
+    facets: dict[str, JobFacet] = dict(info.job_facets)
+    facets["jobType"] = job_type_job.JobTypeJobFacet(
+        processingType=job_type.processing_type,
+        integration=job_type.integration,
+        jobType=job_type.job_type,
+        producer=producer(),
+    )
+    if info.source_code is not None:
+        facets["sourceCode"] = source_code_job.SourceCodeJobFacet(
+            language=info.source_code.language,
+            sourceCode=info.source_code.source,
+            producer=producer(),
+        )
+    if (loc := info.code_location) is not None:
+        facets["sourceCodeLocation"] = source_code_location_job.SourceCodeLocationJobFacet(
+            type=loc.type,
+            url=redact_text(loc.url),
+            repoUrl=redact_text(loc.repo_url) if loc.repo_url else None,
+            path=loc.path,
+            version=loc.version,
+            tag=loc.tag,
+            branch=loc.branch,
+            producer=producer(),
+        )
+    return facets
+
+
+def _task_facet(task: TaskInfo) -> RoarTaskRunFacet:
+    return RoarTaskRunFacet(
+        engine=_nonempty(task.engine, "task engine"),
+        engineTaskId=_nonempty(task.engine_task_id, "engine task id"),
+        host=_nonempty(task.host, "task host"),
+        pid=task.pid,
+        traced=task.traced,
+        attempt=task.attempt,
+        droppedEvents=task.dropped_events,
+        nodeId=task.node_id,
+        untracedReason=redact_text(task.untraced_reason) if task.untraced_reason else None,
+        # Callers should pass a redacted argv already; masking twice is harmless and means
+        # a caller that forgot cannot leak.
+        command=redact_argv(task.command) if task.command is not None else None,
+        parentTaskId=task.parent_task_id,
+        producer=producer(),
+    )
+
+
+def _parent_facet(parent: RunRef, root: RunRef) -> parent_run.ParentRunFacet:
+    return parent_run.ParentRunFacet(
+        run=parent_run.Run(runId=_run_id(parent.run_id)),
+        job=parent_run.Job(
+            namespace=_nonempty(parent.namespace, "parent namespace"),
+            name=_nonempty(parent.job_name, "parent job name"),
+        ),
+        root=parent_run.Root(
+            run=parent_run.RootRun(runId=_run_id(root.run_id)),
+            job=parent_run.RootJob(
+                namespace=_nonempty(root.namespace, "root namespace"),
+                name=_nonempty(root.job_name, "root job name"),
+            ),
+        ),
+        producer=producer(),
+    )
+
+
+def _dataset_facets(d: Dataset) -> dict[str, DatasetFacet]:
+    facets: dict[str, DatasetFacet] = {}
+    if d.size is not None and (not isinstance(d.size, int) or d.size < 0):
+        raise ValueError(f"dataset {d.name!r}: size must be a non-negative int, got {d.size!r}")
+    if d.digest is not None:
+        if not _HEX_DIGEST.fullmatch(d.digest):
+            raise ValueError(
+                f"dataset {d.name!r}: digest must be 64 lowercase hex chars, got {d.digest!r}"
+            )
+        facets["version"] = dataset_version_dataset.DatasetVersionDatasetFacet(
+            datasetVersion=f"{HASH_ALGORITHM}:{d.digest}", producer=producer()
+        )
+        facets["contentHash"] = ContentHashDatasetFacet(
+            digest=d.digest, algorithm=HASH_ALGORITHM, size=d.size, producer=producer()
+        )
+    if d.lifecycle is not None:
+        facets["lifecycleStateChange"] = _lifecycle_facet(d)
+    if d.symlinks:
+        facets["symlinks"] = symlinks_dataset.SymlinksDatasetFacet(
+            identifiers=[
+                symlinks_dataset.Identifier(
+                    namespace=_nonempty(ns, "symlink namespace"),
+                    name=_nonempty(name, "symlink name"),
+                    type=SYMLINK_TYPE,
+                )
+                for ns, name in d.symlinks
+            ],
+            producer=producer(),
+        )
+    return facets
+
+
+def _lifecycle_facet(d: Dataset) -> lifecycle_state_change_dataset.LifecycleStateChangeDatasetFacet:
+    if d.lifecycle not in _LIFECYCLES:
+        raise ValueError(
+            f"dataset {d.name!r}: lifecycle {d.lifecycle!r} is not one of {', '.join(_LIFECYCLES)}"
+        )
+    previous = None
+    if d.previous is not None:
+        ns, name = d.previous
+        previous = lifecycle_state_change_dataset.PreviousIdentifier(
+            name=_nonempty(name, "previous name"), namespace=_nonempty(ns, "previous namespace")
+        )
+    return lifecycle_state_change_dataset.LifecycleStateChangeDatasetFacet(
+        lifecycleStateChange=lifecycle_state_change_dataset.LifecycleStateChange(d.lifecycle),
+        previousIdentifier=previous,
+        producer=producer(),
+    )
+
+
+def _input(d: Dataset) -> InputDataset:
+    return InputDataset(
+        namespace=_nonempty(d.namespace, "dataset namespace"),
+        name=_nonempty(d.name, "dataset name"),
+        facets=_dataset_facets(d) or None,
+    )
+
+
+def _output(d: Dataset) -> OutputDataset:
+    output_facets = None
+    if d.size is not None:
+        output_facets = {
+            "outputStatistics": output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
+                size=d.size, fileCount=1, producer=producer()
+            )
+        }
+    return OutputDataset(
+        namespace=_nonempty(d.namespace, "dataset namespace"),
+        name=_nonempty(d.name, "dataset name"),
+        facets=_dataset_facets(d) or None,
+        outputFacets=output_facets,
+    )
+
+
+def _nonempty(value: str | None, what: str) -> str:
+    # Marquez accepts an empty namespace or name and then its API breaks for everyone:
+    # refuse here, where the caller can still see which field it was.
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{what} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _run_id(value: str) -> str:
+    try:
+        return str(UUID(value))
+    except (TypeError, ValueError, AttributeError):
+        raise ValueError(f"run id must be a UUID, got {value!r}") from None
+
+
+def _event_time(value: datetime | str | None) -> str:
+    if value is None:
+        return datetime.now(timezone.utc).isoformat()
+    if isinstance(value, str):
+        try:
+            # Python 3.10's fromisoformat does not take a trailing "Z".
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"event time is not ISO-8601: {value!r}") from None
+    else:
+        parsed = value
+    if parsed.tzinfo is None or parsed.utcoffset() is None:
+        raise ValueError(f"event time needs a UTC offset (Marquez misreads naive times): {value!r}")
+    return parsed.isoformat()

@@ -1,0 +1,72 @@
+"""roar's custom OpenLineage facets.
+
+Each class points at a versioned JSON schema shipped in `roar_core/schemas/` (the same layout as
+the official facet schemas: `$defs/<Facet>` extends OpenLineage's base facet, and `properties`
+names the key the facet is stored under). A field change means a new schema version, so
+consumers can always resolve the `_schemaURL` of an event they received long ago.
+"""
+
+from __future__ import annotations
+
+import attr
+from openlineage.client.generated.base import DatasetFacet, RunFacet
+
+SCHEMA_BASE = "https://roar.dev/spec/facets"
+
+
+def _schema_url(version: str, facet: str) -> str:
+    return f"{SCHEMA_BASE}/{version}/{facet}.json#/$defs/{facet}"
+
+
+@attr.define
+class ContentHashDatasetFacet(DatasetFacet):
+    """Content identity of a file: the same digest means the same bytes, whatever the path."""
+
+    digest: str
+    """Lowercase hex digest of the whole content."""
+    algorithm: str = attr.field(default="blake3")
+    size: int | None = attr.field(default=None)
+    """Content length in bytes."""
+
+    @staticmethod
+    def _get_schema() -> str:
+        return _schema_url("1-0-0", "ContentHashDatasetFacet")
+
+
+@attr.define
+class RoarTaskRunFacet(RunFacet):
+    """Which engine task this run is, where it ran and how complete its trace is."""
+
+    engine: str
+    """Workflow engine, e.g. ray, airflow, snakemake, cli."""
+    engineTaskId: str
+    host: str
+    pid: int
+    traced: bool
+    """False when the task's file I/O could not be observed (see untracedReason)."""
+    attempt: int = attr.field(default=0)
+    droppedEvents: int = attr.field(default=0)
+    """Trace records the tracer had to drop; non-zero means inputs/outputs may be missing."""
+    nodeId: str | None = attr.field(default=None)
+    untracedReason: str | None = attr.field(default=None)
+    command: list[str] | None = attr.field(default=None)
+    """argv of the task, secrets already masked."""
+    parentTaskId: str | None = attr.field(default=None)
+
+    @staticmethod
+    def _get_schema() -> str:
+        return _schema_url("1-0-0", "RoarTaskRunFacet")
+
+
+@attr.define
+class RoarIORunFacet(RunFacet):
+    """Observed versus declared I/O, for engines where tasks declare their files."""
+
+    undeclaredReads: list[str] | None = attr.field(default=None)
+    undeclaredWrites: list[str] | None = attr.field(default=None)
+    declaredUntouched: list[str] | None = attr.field(default=None)
+    """Declared inputs never read and declared outputs never written."""
+
+    @staticmethod
+    def _get_schema() -> str:
+        return _schema_url("1-0-0", "RoarIORunFacet")

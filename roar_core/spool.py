@@ -1,0 +1,358 @@
+"""Durable event spool with a background sender: no OpenLineage event is ever lost.
+
+`append` writes the event to the spool directory and fsyncs it before returning; a sender
+thread then delivers events oldest first through the openlineage-python client and records
+each delivery durably. An unreachable backend costs one warning line per outage and a retry
+with capped exponential backoff; undelivered events survive restarts, and `flush()` (what
+`roar-core flush` calls) sends the backlog of every process that used the directory.
+
+Order: the sender merges all segments by append time and stops at the first event that could
+not be delivered, so the events of a run go out in the order they were appended, even when two
+processes appended them. One sender at a time per directory (an flock), so nothing is sent twice
+by two processes. Delivery is at least once: a crash between a send and its ack resends that
+one event. Delivered segments are deleted, so the spool holds only the backlog.
+File format and crash recovery: see spoolfiles.py.
+"""
+
+from __future__ import annotations
+
+import atexit
+import fcntl
+import heapq
+import json
+import logging
+import os
+import random
+import threading
+import time
+import weakref
+from collections.abc import Mapping
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from openlineage.client.serde import Serde
+
+from roar_core import delivery
+from roar_core.redact import redact_text
+from roar_core.spoolfiles import (
+    REJECTED,
+    SENDER_LOCK,
+    Record,
+    Segment,
+    SegmentWriter,
+    append_synced,
+    pending_count,
+    remove_stale,
+    segment_paths,
+)
+
+if TYPE_CHECKING:
+    from openlineage.client import OpenLineageClient
+    from openlineage.client.event_v2 import RunEvent
+
+log = logging.getLogger(__name__)
+
+
+class FlushResult(NamedTuple):
+    sent: int
+    pending: int
+
+
+class _Outcome(Enum):
+    DONE = "done"  # everything visible was handled
+    FAILED = "failed"  # transient failure: back off and retry
+    BUSY = "busy"  # another process is sending from this directory
+    HOLD = "hold"  # no transport configured: keep the events, check again later
+    TIMEOUT = "timeout"
+
+
+class Spool:
+    """Append OpenLineage events durably and deliver them in the background.
+
+    `client`: the `OpenLineageClient` to send with; by default one is made on first send,
+    configured the standard ways. `start=False`: no background thread (for `roar-core flush`,
+    which only calls `flush`). Delivery problems are logged, never raised.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        client: OpenLineageClient | None = None,
+        *,
+        start: bool = True,
+        fsync: bool = True,
+        segment_bytes: int = 1 << 20,
+        backoff_initial: float = 0.5,
+        backoff_max: float = 60.0,
+        idle_rescan: float = 30.0,
+        exit_flush_timeout: float = 1.0,
+    ) -> None:
+        self.directory = Path(directory)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as e:  # appends will fail (and say so); the caller's task must not
+            log.warning("roar: cannot create the OpenLineage spool %s: %s", self.directory, e)
+        if client is not None:
+            delivery.limit_retries(client.transport)
+        self._client = client
+        self._client_given = client is not None
+        self._start = start
+        self._backoff_initial = backoff_initial
+        self._backoff_max = backoff_max
+        self._idle_rescan = idle_rescan
+        self._exit_flush_timeout = exit_flush_timeout
+        self._writer = SegmentWriter(self.directory, segment_bytes, fsync)
+        self._closed = False
+        self._sent_total = 0
+        self._failing = False
+        self._hold_logged = False
+        self._init_process_state()
+        ref = weakref.ref(self)
+        atexit.register(_at_exit, ref)
+        os.register_at_fork(after_in_child=lambda: _after_fork(ref))
+
+    def _init_process_state(self) -> None:
+        # Per process: a forked child has no sender thread, and a lock held by another thread
+        # at fork time would never be released there.
+        self._pid = os.getpid()
+        self._pass_lock = threading.Lock()
+        self._client_lock = threading.Lock()
+        self._thread_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def append(self, event: RunEvent | Mapping[str, Any]) -> bool:
+        """Durably spool one event and wake the sender.
+
+        Returns False after a one-line warning if the spool cannot be written (disk full...):
+        lineage must never fail the user's task. After `close`, events are still spooled for
+        the next sender or `roar-core flush`, only not sent from this process.
+        """
+        # The client's own serializer: what we spool is exactly what it would send.
+        body = Serde.to_json(
+            dict(event) if isinstance(event, Mapping) else event, separators=(",", ":")
+        )
+        try:
+            self._writer.write(body.encode())
+        except OSError as e:
+            log.warning("roar: could not spool an OpenLineage event in %s: %s", self.directory, e)
+            return False
+        self._ensure_sender()
+        self._wake.set()
+        return True
+
+    def flush(self, timeout: float | None = 10.0) -> FlushResult:
+        """Send the backlog until it is empty or `timeout` seconds have passed.
+
+        Transient failures are retried with backoff within the timeout. Returns how many
+        events were sent meanwhile (by this call or the background thread) and how many are
+        still pending.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        before = self._sent_total
+        failures = 0
+        while True:
+            outcome = self._pass(deadline)
+            if outcome in (_Outcome.DONE, _Outcome.HOLD, _Outcome.TIMEOUT):
+                break
+            failures += 1
+            delay = self._backoff(failures)
+            if deadline is not None:
+                delay = min(delay, deadline - time.monotonic())
+                if delay <= 0:
+                    break
+            time.sleep(delay)
+        return FlushResult(self._sent_total - before, self.pending())
+
+    def pending(self) -> int:
+        """Events spooled (by any process) and not yet delivered."""
+        return pending_count(self.directory)
+
+    def close(self, timeout: float = 0.0) -> None:
+        """Try to deliver for up to `timeout` s, stop the sender and seal our segment.
+
+        Whatever is undelivered stays spooled for the next sender or `roar-core flush`.
+        """
+        if self._closed:
+            return
+        if timeout > 0:
+            self.flush(timeout)
+        self._closed = True
+        self._stop.set()
+        self._wake.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            # A send in flight is bounded by the transport's timeout; waiting longer gains
+            # nothing (the thread is a daemon and the event is safe on disk).
+            thread.join(timeout=max(timeout, 1.0))
+        self._writer.seal()
+
+    def __enter__(self) -> Spool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- sender -------------------------------------------------------------------------------
+
+    def _ensure_sender(self) -> None:
+        if not self._start or self._closed:
+            return
+        with self._thread_lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name=f"roar-spool-sender:{self.directory}", daemon=True
+                )
+                self._thread.start()
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            self._wake.clear()
+            outcome = self._pass(None)
+            if outcome in (_Outcome.FAILED, _Outcome.BUSY):
+                failures += 1
+                # Sleep the backoff out whatever gets appended meanwhile: retrying on every
+                # new event would hammer a backend that is struggling to come back.
+                self._stop.wait(self._backoff(failures))
+                continue
+            failures = 0
+            if outcome is _Outcome.HOLD:
+                self._stop.wait(self._idle_rescan)
+            else:
+                # Also wake now and then: segments of dead processes are ours to deliver.
+                self._wake.wait(self._idle_rescan)
+
+    def _backoff(self, failures: int) -> float:
+        delay = min(self._backoff_max, self._backoff_initial * 2 ** min(failures - 1, 30))
+        return delay * random.uniform(0.5, 1.0)  # jitter: a node's workers must not retry in step
+
+    def _pass(self, deadline: float | None) -> _Outcome:
+        wait = -1 if deadline is None else max(0.0, deadline - time.monotonic())
+        if not self._pass_lock.acquire(timeout=wait):
+            return _Outcome.TIMEOUT
+        try:
+            if not self.directory.is_dir():
+                return _Outcome.DONE  # removed (or never created): nothing to send
+            flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
+            lock_fd = os.open(self.directory / SENDER_LOCK, flags, 0o600)
+            try:
+                try:
+                    fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return _Outcome.BUSY
+                return self._send_all(deadline)
+            finally:
+                os.close(lock_fd)  # releases the flock
+        except Exception as e:  # an I/O error or a bug must never reach the caller
+            self._note_failure("the spool sender failed", e)
+            log.debug("roar: spool sender failure", exc_info=True)
+            return _Outcome.FAILED
+        finally:
+            self._pass_lock.release()
+
+    def _send_all(self, deadline: float | None) -> _Outcome:
+        segments: list[Segment] = []
+        for path in segment_paths(self.directory):
+            seg = Segment.load(path, own=path == self._writer.path)
+            if seg is None:
+                continue
+            if not seg.delivered:
+                segments.append(seg)
+            elif seg.sealed:
+                seg.remove()
+        remove_stale(self.directory)
+        if not segments:
+            return _Outcome.DONE
+        try:
+            client = self._get_client()
+        except Exception as e:  # bad configuration: say so once, keep the events
+            self._note_failure("cannot create the OpenLineage client", e)
+            return _Outcome.FAILED
+        if client is None:
+            return _Outcome.HOLD
+        try:
+            for rec in heapq.merge(*(s.records() for s in segments), key=lambda r: r.t):
+                if deadline is not None and time.monotonic() >= deadline:
+                    return _Outcome.TIMEOUT
+                if rec.problem is not None:
+                    self._report_unreadable(rec, rec.problem)
+                elif not self._deliver(client, rec):
+                    return _Outcome.FAILED
+                rec.segment.ack(rec.end)
+        finally:
+            for seg in segments:
+                if seg.sealed and seg.delivered:
+                    seg.remove()
+        if self._failing:
+            self._failing = False
+            log.info("roar: OpenLineage backend reachable again; %s delivered", self.directory)
+        return _Outcome.DONE
+
+    def _deliver(self, client: OpenLineageClient, rec: Record) -> bool:
+        """Send one record: True when done with it (delivered or set aside), False to retry."""
+        try:
+            data = json.loads(rec.body)
+        except ValueError as e:
+            self._report_unreadable(rec, f"not JSON ({e})")
+            return True
+        try:
+            delivery.send(client, data)
+        except delivery.Rejected as e:
+            path = self.directory / REJECTED
+            log.warning("roar: OpenLineage event set aside in %s: %s", path, e)
+            reason = json.dumps(str(e)).encode()
+            append_synced(path, b'{"reason":%s,"event":%s}\n' % (reason, rec.body))
+            return True
+        except Exception as e:
+            self._note_failure("OpenLineage backend unreachable", e)
+            return False
+        self._sent_total += 1
+        return True
+
+    def _report_unreadable(self, rec: Record, problem: str) -> None:
+        log.warning(
+            "roar: skipped unreadable spool record %s at byte %d: %s",
+            rec.segment.path, rec.start, problem.replace("\n", " "),
+        )  # fmt: skip
+
+    def _note_failure(self, what: str, exc: BaseException) -> None:
+        # One warning per outage, not one per retry: the events are safe on disk.
+        if self._failing:
+            return
+        self._failing = True
+        reason = redact_text(f"{type(exc).__name__}: {exc}".replace("\n", " "))[:300]
+        log.warning("roar: %s; events kept in %s and retried: %s", what, self.directory, reason)
+
+    def _get_client(self) -> OpenLineageClient | None:
+        with self._client_lock:
+            if self._client is None:
+                self._client = delivery.make_client()
+            if self._client_given:
+                return self._client
+            reason = delivery.hold_reason(self._client)
+            if reason is None:
+                return self._client
+            if not self._hold_logged:
+                self._hold_logged = True
+                log.warning("roar: %s; OpenLineage events kept in %s", reason, self.directory)
+            return None
+
+
+def _at_exit(ref: weakref.ref[Spool]) -> None:
+    spool = ref()
+    if spool is not None and not spool._closed and spool._pid == os.getpid():
+        try:
+            # One short last try for the events of the final task; the rest stays spooled.
+            spool.close(timeout=spool._exit_flush_timeout)
+        except Exception:  # never turn interpreter exit into a traceback
+            log.debug("roar: spool close at exit failed", exc_info=True)
+
+
+def _after_fork(ref: weakref.ref[Spool]) -> None:
+    spool = ref()
+    if spool is not None:
+        spool._writer.forget()
+        spool._init_process_state()

@@ -1,0 +1,294 @@
+"""The spool's on-disk format: segments of records, delivery logs, crash recovery.
+
+One directory, shared by every process of a node:
+
+    <ns>-<pid>-<rand>.jsonl   a segment: one record per line, `{"t":<ns>,"event":{...}}`,
+                              written by exactly one process, which holds an flock on it while
+                              it may still append. A segment nobody locks is sealed (its writer
+                              closed it or died) and will never grow again.
+    <segment>.ack             append-only delivery log: byte offsets up to which the segment
+                              is delivered; the largest complete one counts.
+    .sender.lock              flock'd by the process that is sending (see spool.py).
+    rejected.jsonl            events the backend refused as invalid, kept with the reason.
+
+A record is one write(2) of a whole line followed by fdatasync, so a crash leaves at most a
+truncated last line, in a segment that is then sealed; readers report it and keep every complete
+line. Writers never reopen a segment, so nothing is ever appended after such garbage.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import re
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+SEGMENT_SUFFIX = ".jsonl"
+ACK_SUFFIX = ".ack"
+SENDER_LOCK = ".sender.lock"
+REJECTED = "rejected.jsonl"
+_SEGMENT_NAME = re.compile(r"^\d{20}-\d+-[0-9a-f]+\.jsonl$")
+# The append time comes first so ordering needs no JSON parse of the whole line.
+_RECORD = re.compile(rb'\{"t":(\d+),"event":(.*)\}$', re.DOTALL)
+_CHUNK = 64 * 1024
+_TMP_GRACE_S = 60.0
+
+
+@dataclass
+class Record:
+    t: int
+    """Append time (ns); orders records across segments."""
+    segment: Segment
+    start: int
+    end: int
+    body: bytes
+    """The event's JSON, or the raw bytes of an unreadable line."""
+    problem: str | None = None
+
+
+class SegmentWriter:
+    """Appends records to this process's own segment, rotating it by size. Thread-safe."""
+
+    def __init__(self, directory: Path, segment_bytes: int, fsync: bool) -> None:
+        self.directory = directory
+        self._segment_bytes = segment_bytes
+        self._fsync = fsync
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        self.path: Path | None = None
+        self._size = 0
+        self._last_t = 0
+
+    def write(self, event_json: bytes) -> None:
+        """Append one record durably; raises OSError (and seals the segment) on failure."""
+        with self._lock:
+            # Strictly increasing per process, even if the wall clock steps back.
+            t = self._last_t = max(time.time_ns(), self._last_t + 1)
+            line = b'{"t":%d,"event":%s}\n' % (t, event_json)
+            try:
+                if self._fd is not None and self._size + len(line) > self._segment_bytes:
+                    self._seal()
+                if self._fd is None:
+                    self._open()
+                assert self._fd is not None
+                _write_all(self._fd, line)
+                if self._fsync:
+                    os.fdatasync(self._fd)
+                self._size += len(line)
+            except OSError:
+                # The segment may now end in a partial line: seal it so no later record is
+                # glued onto the garbage; the next write starts a fresh segment.
+                self._seal()
+                raise
+
+    def seal(self) -> None:
+        with self._lock:
+            self._seal()
+
+    def forget(self) -> None:
+        """In a forked child: drop the parent's segment without touching the parent's lock."""
+        if self._fd is not None:
+            # The flock lives on the open file shared with the parent; closing our copy
+            # leaves it held by the parent.
+            os.close(self._fd)
+        self._lock = threading.Lock()
+        self._fd, self.path, self._size = None, None, 0
+
+    def _open(self) -> None:
+        name = f"{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(4)}{SEGMENT_SUFFIX}"
+        final = self.directory / name
+        tmp = self.directory / f".{name}.tmp"
+        # Locked before the name is visible: a sender must never see our segment unlocked
+        # (it would take it as sealed, deliver it and delete it under us).
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # Known as ours before it is visible, for lock emulations (NFS) where our own
+            # flock would not exclude our own sender.
+            self.path = final
+            os.rename(tmp, final)
+            _fsync_dir(self.directory)
+        except OSError:
+            os.close(fd)
+            self.path = None
+            raise
+        self._fd, self._size = fd, 0
+
+    def _seal(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # drops the flock: the segment is sealed
+        self._fd, self.path, self._size = None, None, 0
+
+
+class Segment:
+    """A segment as a sender sees it: how far it is delivered, whether it can still grow."""
+
+    def __init__(self, path: Path, sealed: bool, size: int, acked: int) -> None:
+        self.path = path
+        self.sealed = sealed
+        self.size = size
+        self.acked = acked
+
+    @classmethod
+    def load(cls, path: Path, own: bool) -> Segment | None:
+        """`own`: the caller's writer is appending to it (never sealed, whatever locks say)."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        try:
+            # Lock test first, size second: once the lock is ours the writer is gone and the
+            # size is final. The other order could miss a last append and delete it unsent.
+            sealed = not own and _try_lock(fd)
+            size = os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+        return cls(path, sealed, size, min(read_ack(ack_path(path)), size))
+
+    @property
+    def delivered(self) -> bool:
+        return self.acked >= self.size
+
+    def records(self) -> Iterator[Record]:
+        """Undelivered records, read lazily in chunks (a backlog can be large)."""
+        buf = b""
+        buf_at = read_to = self.acked  # file offsets of buf[0] and of the end of buf
+        scan = 0
+        last_t = 0
+        while True:
+            nl = buf.find(b"\n", scan)
+            if nl < 0:
+                if read_to >= self.size:
+                    break
+                with open(self.path, "rb") as f:
+                    f.seek(read_to)
+                    chunk = f.read(min(_CHUNK, self.size - read_to))
+                if not chunk:
+                    break
+                scan = len(buf)
+                buf += chunk
+                read_to += len(chunk)
+                continue
+            line, buf, scan = buf[: nl + 1], buf[nl + 1 :], 0
+            start, buf_at = buf_at, buf_at + len(line)
+            m = _RECORD.match(line, 0, len(line) - 1)
+            if m is None:
+                yield Record(last_t, self, start, buf_at, line, "malformed record")
+                continue
+            last_t = int(m[1])
+            yield Record(last_t, self, start, buf_at, m[2])
+        # A line without its newline: being written right now, or torn by a crash.
+        if buf and self.sealed:
+            problem = f"truncated record ({len(buf)} bytes, its writer is gone)"
+            yield Record(last_t, self, buf_at, buf_at + len(buf), buf, problem)
+
+    def ack(self, offset: int) -> None:
+        append_synced(ack_path(self.path), b"%d\n" % offset)
+        self.acked = offset
+
+    def remove(self) -> None:
+        # Segment first: an ack without its segment is harmless and cleaned up later, a
+        # segment without its ack would be sent again.
+        _unlink(self.path)
+        _unlink(ack_path(self.path))
+
+
+def segment_paths(directory: Path) -> list[Path]:
+    """Segments in creation order."""
+    return sorted(p for p in directory.iterdir() if _SEGMENT_NAME.match(p.name))
+
+
+def pending_count(directory: Path) -> int:
+    """Complete records not yet delivered, over all segments."""
+    count = 0
+    for path in segment_paths(directory):
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            continue
+        count += data.count(b"\n", read_ack(ack_path(path)))
+    return count
+
+
+def remove_stale(directory: Path) -> None:
+    """Delete leftovers of removed segments and of writers that died while creating one."""
+    for path in directory.iterdir():
+        name = path.name
+        if name.endswith(ACK_SUFFIX):
+            if not path.with_suffix("").exists():
+                _unlink(path)
+        elif name.startswith(".") and name.endswith(".tmp") and _abandoned(path):
+            _unlink(path)
+
+
+def ack_path(segment: Path) -> Path:
+    return segment.with_name(segment.name + ACK_SUFFIX)
+
+
+def read_ack(path: Path) -> int:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return 0
+    # Offsets only grow; the last line may be torn by a crash, so take the largest whole one.
+    return max((int(x) for x in data.split(b"\n")[:-1] if x.isdigit()), default=0)
+
+
+def append_synced(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    try:
+        _write_all(fd, data)
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _abandoned(path: Path) -> bool:
+    # Old and unlocked: a live writer holds it for microseconds between create and rename.
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        return time.time() - os.fstat(fd).st_mtime > _TMP_GRACE_S and _try_lock(fd)
+    finally:
+        os.close(fd)
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        if n == 0:
+            raise OSError(errno.EIO, "short write")
+        view = view[n:]
+
+
+def _fsync_dir(directory: Path) -> None:
+    # The new segment's name must survive a crash too, not only its content.
+    fd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

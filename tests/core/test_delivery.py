@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+from openlineage.client.serde import Serde
+
+from roar_core import delivery
+from roar_core import emission as em
+from tests.core.test_spool import lineage_events
+
+
+@pytest.fixture(autouse=True)
+def isolated_openlineage_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    saved = dict(os.environ)  # the client writes to os.environ when it aliases OPENLINEAGE_URL
+    for name in list(os.environ):
+        if name.startswith("OPENLINEAGE"):
+            del os.environ[name]
+    monkeypatch.chdir(tmp_path)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+def closed_port_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_rebuilt_event_serializes_exactly_as_spooled() -> None:
+    for event in lineage_events(runs=2):
+        data = em.to_dict(event)
+        assert Serde.to_dict(delivery.rebuild_event(data)) == data
+
+
+def test_rebuild_types_the_facets_the_client_reads() -> None:
+    data = em.to_dict(lineage_events(runs=0)[0])
+    data["run"]["facets"]["tags"] = {
+        "_producer": "p",
+        "_schemaURL": "https://openlineage.io/spec/facets/1-0-0/TagsRunFacet.json#/$defs/TagsRunFacet",
+        "tags": [{"key": "team", "value": "ml", "source": "USER"}],
+    }
+    event = delivery.rebuild_event(data)
+    assert Serde.to_dict(event) == data
+    assert not isinstance(event.run.facets["tags"], dict)  # emit() reads `.tags` on it
+
+
+def test_http_transport_fails_fast() -> None:
+    # The client's defaults retry 5 times with backoff (~9 s per event); the spool retries
+    # itself, so one send must fail within a moment and raise.
+    os.environ["OPENLINEAGE_URL"] = closed_port_url()
+    client = delivery.make_client()
+    data = em.to_dict(lineage_events(runs=0)[0])
+    start = time.monotonic()
+    with pytest.raises(requests.ConnectionError):
+        delivery.send(client, data)
+    assert time.monotonic() - start < 2.0
+
+
+def test_malformed_event_is_rejected_not_retried() -> None:
+    os.environ["OPENLINEAGE_DISABLED"] = "true"
+    client = delivery.make_client()
+    with pytest.raises(delivery.Rejected, match="not a RunEvent"):
+        delivery.send(client, {"eventTime": "2026-03-01T00:00:00+00:00", "job": {}})
+    with pytest.raises(delivery.Rejected):
+        bad_id = em.to_dict(lineage_events(runs=0)[0])
+        bad_id["run"]["runId"] = "not-a-uuid"
+        delivery.send(client, bad_id)
+
+
+def test_http_status_of_wrapped_errors() -> None:
+    response = requests.Response()
+    response.status_code = 422
+    cause = requests.HTTPError("422", response=response)
+    try:
+        try:
+            raise cause
+        except requests.HTTPError as e:
+            raise RuntimeError("Transport failed to emit event") from e
+    except RuntimeError as wrapped:
+        assert delivery.http_status(wrapped) == 422
+    assert delivery.http_status(requests.ConnectionError("refused")) is None
+
+
+def test_hold_only_when_nothing_is_configured() -> None:
+    assert delivery.hold_reason(delivery.make_client()) is not None  # console fallback
+    os.environ["OPENLINEAGE__TRANSPORT__TYPE"] = "console"
+    assert delivery.hold_reason(delivery.make_client()) is None  # asked for explicitly

@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+import pytest
+
+from roar_core.redact import MASK, redact_argv, redact_env, redact_text
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--password", "hunter2"], ["--password", MASK]),
+        (["--password=hunter2"], [f"--password={MASK}"]),
+        (["--api-key", "k1", "--client_secret=s1"], ["--api-key", MASK, f"--client_secret={MASK}"]),
+        (["--auth-token", "t1", "--token", "t2"], ["--auth-token", MASK, "--token", MASK]),
+        (["-token=t1", "-Djavax.net.ssl.keyStorePassword=p1"],
+         [f"-token={MASK}", f"-Djavax.net.ssl.keyStorePassword={MASK}"]),
+        (["env", "AWS_SECRET_ACCESS_KEY=s1", "PGPASSWORD=p1", "make"],
+         ["env", f"AWS_SECRET_ACCESS_KEY={MASK}", f"PGPASSWORD={MASK}", "make"]),
+        (["psql", "postgresql://alice:p1@db/x"], ["psql", f"postgresql://alice:{MASK}@db/x"]),
+        (["git", "clone", "https://ghp_t1@github.com/o/r"],
+         ["git", "clone", f"https://{MASK}@github.com/o/r"]),
+        (["--db=mysql://u:p1@h/x"], [f"--db=mysql://u:{MASK}@h/x"]),
+        (["curl", "-H", "Authorization: Bearer t1"], ["curl", "-H", f"Authorization: {MASK}"]),
+        (["wget", "https://b.s3/k?X-Amz-Signature=s1&X-Amz-Date=d"],
+         ["wget", f"https://b.s3/k?X-Amz-Signature={MASK}&X-Amz-Date=d"]),
+    ],
+)  # fmt: skip
+def test_redact_argv_masks_secret_values(argv: list[str], expected: list[str]) -> None:
+    assert redact_argv(argv) == expected
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["python", "train.py", "--epochs", "3", "--out=/data/model.pt"],
+        ["--password-file", "/run/secrets/pw"],  # points at the secret, is not it
+        ["docker", "login", "--password-stdin", "registry.example"],
+        ["mysql", "-p", "3306"],  # two-character flags mean different things per program
+        ["OUT=/data/x", "https://example.com/path?page=2"],
+    ],
+)
+def test_redact_argv_keeps_ordinary_arguments(argv: list[str]) -> None:
+    assert redact_argv(argv) == argv
+
+
+def test_redact_argv_does_not_mutate_input() -> None:
+    argv = ["--token", "t1"]
+    redact_argv(argv)
+    assert argv == ["--token", "t1"]
+
+
+def test_redact_env() -> None:
+    env = {
+        "GITHUB_TOKEN": "t1",
+        "AWS_SECRET_ACCESS_KEY": "s1",
+        "DB_PASSWORD": "p1",
+        "GOOGLE_APPLICATION_CREDENTIALS_JSON": "c1",
+        "API_KEY": "k1",
+        "DATABASE_URL": "postgres://u:p2@h/db",
+        "PATH": "/usr/bin",
+        "PWD": "/work",
+    }
+    out = redact_env(env)
+    assert out == {
+        "GITHUB_TOKEN": MASK,
+        "AWS_SECRET_ACCESS_KEY": MASK,
+        "DB_PASSWORD": MASK,
+        "GOOGLE_APPLICATION_CREDENTIALS_JSON": MASK,
+        "API_KEY": MASK,
+        "DATABASE_URL": f"postgres://u:{MASK}@h/db",
+        "PATH": "/usr/bin",
+        "PWD": "/work",
+    }
+
+
+def test_redact_text_in_error_messages() -> None:
+    msg = "connect to https://bob:p1@minio:9000/b failed; retry https://t9@h/x?token=t2&n=1"
+    out = redact_text(msg)
+    for secret in ("p1", "t9", "t2"):
+        assert secret not in out
+    assert "bob" in out and "n=1" in out
+
+
+def test_redact_text_flags_inside_strings() -> None:
+    # What CalledProcessError prints, and a shell string passed as one argument.
+    err = "Command '['psql', '--password', 'p1', '-h', 'db']' returned non-zero exit status 2."
+    assert redact_text(err) == err.replace("'p1'", f"'{MASK}'")
+    assert redact_argv(["bash", "-c", "curl --token=t1 -o out PGPASSWORD=p2 x"]) == [
+        "bash", "-c", f"curl --token={MASK} -o out PGPASSWORD={MASK} x",
+    ]  # fmt: skip

@@ -1,0 +1,421 @@
+"""The spool against a real local OpenLineage HTTP endpoint that tests stop and restart."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openlineage.client import OpenLineageClient
+from openlineage.client.event_v2 import RunEvent
+from openlineage.client.transport.http import HttpConfig, HttpTransport
+
+from roar_core import emission as em
+from roar_core.spool import Spool
+from tests.olschema import validate_event
+
+REPO = Path(__file__).resolve().parents[2]
+LINEAGE_PATH = "/api/v1/lineage"
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+
+
+class Endpoint:
+    """A tiny OpenLineage endpoint on 127.0.0.1 recording the events posted to it."""
+
+    def __init__(self) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.events: list[dict[str, Any]] = []
+        self.posts = 0
+        # Maps a posted event to the HTTP status to answer (2xx records it).
+        self.status: Callable[[dict[str, Any]], int] = lambda event: 201
+        self._server: ThreadingHTTPServer | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                event = json.loads(body)
+                with endpoint._lock:
+                    endpoint.posts += 1
+                    status = endpoint.status(event) if self.path == LINEAGE_PATH else 404
+                    if status < 300:
+                        endpoint.events.append(event)
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        ).start()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def received(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self.events)
+
+
+@pytest.fixture(autouse=True)
+def isolated_openlineage_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No OpenLineage settings from outside; restore os.environ fully afterwards, as the
+    client itself writes to it (OPENLINEAGE_URL is aliased into OPENLINEAGE__TRANSPORT__*)."""
+    saved = dict(os.environ)
+    for name in list(os.environ):
+        if name.startswith("OPENLINEAGE"):
+            del os.environ[name]
+    monkeypatch.chdir(tmp_path)  # no stray openlineage.yml, no git repo for the client to read
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+@pytest.fixture
+def endpoint() -> Iterator[Endpoint]:
+    ep = Endpoint()
+    ep.start()
+    yield ep
+    ep.stop()
+
+
+@pytest.fixture
+def make_spool(tmp_path: Path, endpoint: Endpoint) -> Iterator[Callable[..., Spool]]:
+    spools: list[Spool] = []
+
+    def make(directory: Path | None = None, *, client: bool = True, **kw: Any) -> Spool:
+        ol = OpenLineageClient(transport=HttpTransport(HttpConfig(url=endpoint.url, timeout=2)))
+        kw = {"backoff_initial": 0.02, "backoff_max": 0.2, "exit_flush_timeout": 0, **kw}
+        spool = Spool(directory or tmp_path / "spool", ol if client else None, **kw)
+        spools.append(spool)
+        return spool
+
+    yield make
+    for spool in spools:
+        spool.close()
+
+
+def lineage_events(runs: int = 3) -> list[RunEvent]:
+    """A workflow run and `runs` tasks, their START and COMPLETE events interleaved."""
+    clock = iter(T0 + timedelta(seconds=i) for i in range(100))
+    wf = em.WorkflowLineage(namespace="ns", job_name="wf", run_id=em.new_run_id())
+    tasks = [
+        em.TaskLineage(
+            namespace="ns",
+            job_name=f"wf.task{i}",
+            run_id=em.new_run_id(),
+            parent=em.RunRef("ns", "wf", wf.run_id),
+            outputs=[em.Dataset("file", f"/data/out{i}", digest=f"{i:064x}", size=i)],
+        )
+        for i in range(runs)
+    ]
+    events = [em.workflow_start(_at(wf, next(clock)))]
+    events += [em.start_event(_at(t, next(clock))) for t in tasks]
+    events += [em.complete_event(_at(t, next(clock))) for t in tasks]
+    events.append(em.workflow_complete(_at(wf, next(clock))))
+    return events
+
+
+def _at(lineage: Any, when: datetime) -> Any:
+    lineage.event_time = when
+    return lineage
+
+
+def sent_form(event: RunEvent | dict[str, Any]) -> dict[str, Any]:
+    """An event as we spooled it: without the `tags` facet the client adds when emitting."""
+    data = em.to_dict(event) if isinstance(event, RunEvent) else json.loads(json.dumps(event))
+    data["run"]["facets"].pop("tags", None)
+    return data
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.01)
+
+
+def spool_warnings(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name.startswith("roar_core")
+        and r.levelno >= logging.WARNING
+        and text in r.getMessage()
+    ]
+
+
+def spool_files(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.endswith((".jsonl", ".ack")))
+
+
+def test_delivers_in_background_then_compacts(
+    make_spool: Callable[..., Spool], endpoint: Endpoint, tmp_path: Path
+) -> None:
+    spool = make_spool()
+    events = lineage_events()
+    for event in events:
+        assert spool.append(event)
+    wait_until(lambda: len(endpoint.received()) == len(events))
+    received = endpoint.received()
+    for event in received:
+        validate_event(event)  # what really went out, client's additions included
+    assert [sent_form(e) for e in received] == [sent_form(e) for e in events]
+    spool.close()
+    assert spool.flush(timeout=2) == (0, 0)
+    assert spool_files(tmp_path / "spool") == []  # delivered segments and acks are deleted
+
+
+def test_endpoint_down_loses_nothing_and_keeps_order(
+    make_spool: Callable[..., Spool], endpoint: Endpoint, caplog: pytest.LogCaptureFixture
+) -> None:
+    endpoint.stop()
+    spool = make_spool()
+    events = lineage_events(runs=4)
+    for event in events:
+        assert spool.append(event)  # never raises, even with the backend down
+    wait_until(lambda: len(spool_warnings(caplog, "unreachable")) >= 1)
+    time.sleep(0.3)  # several retries with backoff meanwhile
+    assert spool.pending() == len(events)
+    warnings = spool_warnings(caplog, "unreachable")
+    assert len(warnings) == 1, "one warning per outage, not one per retry"
+    assert "\n" not in warnings[0]
+
+    endpoint.start()
+    result = spool.flush(timeout=10)
+    assert result.pending == 0
+    received = endpoint.received()
+    assert len(received) == len(events), "each event delivered exactly once"
+    assert [sent_form(e) for e in received] == [sent_form(e) for e in events]
+    by_run: dict[str, list[str]] = {}
+    for event in received:
+        by_run.setdefault(event["run"]["runId"], []).append(event["eventType"])
+    assert all(types == ["START", "COMPLETE"] for types in by_run.values())
+
+
+def test_backlog_survives_a_killed_process(
+    make_spool: Callable[..., Spool], endpoint: Endpoint, tmp_path: Path
+) -> None:
+    endpoint.stop()
+    directory = tmp_path / "spool"
+    child = textwrap.dedent(
+        f"""
+        import os
+        from roar_core.spool import Spool
+        from tests.core.test_spool import lineage_events
+        spool = Spool({str(directory)!r}, backoff_initial=0.01)
+        for event in lineage_events(runs=2):
+            assert spool.append(event)
+        os._exit(0)  # like SIGKILL: no atexit, no close, sender thread mid-retry
+        """
+    )
+    env = {**os.environ, "OPENLINEAGE_URL": endpoint.url, "PYTHONPATH": str(REPO)}
+    subprocess.run([sys.executable, "-c", child], cwd=REPO, env=env, check=True, timeout=60)
+
+    endpoint.start()
+    result = make_spool(directory, start=False).flush(timeout=10)
+    assert result == (6, 0)
+    received = endpoint.received()
+    assert [e["eventType"] for e in received] == ["START"] * 3 + ["COMPLETE"] * 3
+    assert received[0]["job"]["name"] == "wf" and received[-1]["job"]["name"] == "wf"
+
+
+def test_truncated_last_line_keeps_complete_records(
+    make_spool: Callable[..., Spool],
+    endpoint: Endpoint,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    writer = make_spool(start=False)
+    events = lineage_events(runs=1)
+    for event in events:
+        writer.append(event)
+    writer.close()  # the writer is gone: its segment is sealed
+    (segment,) = (tmp_path / "spool").glob("*.jsonl")
+    with open(segment, "ab") as f:  # a crash in the middle of writing a record
+        f.write(b'{"t":99,"event":{"eventTime":"2026-03-01T12:00:09+00:00","eventTy')
+
+    result = make_spool(start=False).flush(timeout=10)
+    assert result == (len(events), 0)
+    assert [sent_form(e) for e in endpoint.received()] == [sent_form(e) for e in events]
+    reports = spool_warnings(caplog, "unreadable spool record")
+    assert len(reports) == 1 and "\n" not in reports[0]
+    assert "truncated" in reports[0] and segment.name in reports[0]
+    assert spool_files(tmp_path / "spool") == []
+
+
+def test_malformed_line_is_skipped_and_reported(
+    make_spool: Callable[..., Spool],
+    endpoint: Endpoint,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    first, second = lineage_events(runs=0)
+    writer = make_spool(start=False)
+    writer.append(first)
+    (segment,) = (tmp_path / "spool").glob("*.jsonl")
+    with open(segment, "ab") as f:
+        f.write(b"\x00\x00garbage\n")  # not a record at all
+        f.write(b'{"t":5,"event":{not json}}\n')  # a record whose event is unreadable
+    writer.append(em.to_dict(second))  # plain dicts are accepted too
+    writer.close()
+    assert make_spool(start=False).flush(timeout=10) == (2, 0)
+    assert [sent_form(e) for e in endpoint.received()] == [sent_form(first), sent_form(second)]
+    reports = spool_warnings(caplog, "unreadable spool record")
+    assert len(reports) == 2
+    assert "malformed record" in reports[0] and "not JSON" in reports[1]
+
+
+def test_partial_line_of_a_live_writer_is_not_touched(
+    make_spool: Callable[..., Spool],
+    endpoint: Endpoint,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Another process holds its segment (flock) and is in the middle of writing a record.
+    directory = tmp_path / "spool"
+    directory.mkdir()
+    first, second = (
+        b'{"t":%d,"event":%s}\n' % (i, em.to_json(e).encode())
+        for i, e in enumerate(lineage_events(runs=0), 1)
+    )
+    segment = directory / f"{time.time_ns():020d}-1-abcd.jsonl"
+    fd = os.open(segment, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.write(fd, first + second[:40])
+    spool = make_spool(directory, start=False)
+    assert spool.flush(timeout=10) == (1, 0)
+    assert spool_warnings(caplog, "unreadable") == []
+    os.write(fd, second[40:])
+    os.close(fd)  # the writer finishes and goes away
+    assert spool.flush(timeout=10) == (1, 0)
+    assert [e["eventType"] for e in endpoint.received()] == ["START", "COMPLETE"]
+    assert spool_files(directory) == []
+
+
+def test_invalid_event_is_set_aside_not_retried_forever(
+    make_spool: Callable[..., Spool],
+    endpoint: Endpoint,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    endpoint.status = lambda event: 400 if event["job"]["name"] == "wf.task0" else 201
+    events = lineage_events(runs=2)
+    spool = make_spool(start=False)
+    for event in events:
+        spool.append(event)
+    assert spool.flush(timeout=10) == (len(events) - 2, 0)
+    assert {e["job"]["name"] for e in endpoint.received()} == {"wf", "wf.task1"}
+    rejected = (tmp_path / "spool" / "rejected.jsonl").read_text().splitlines()
+    assert len(rejected) == 2
+    assert all("HTTP 400" in json.loads(line)["reason"] for line in rejected)
+    assert json.loads(rejected[0])["event"]["job"]["name"] == "wf.task0"
+    assert len(spool_warnings(caplog, "set aside")) == 2
+
+
+def test_server_errors_are_retried_in_order(
+    make_spool: Callable[..., Spool], endpoint: Endpoint
+) -> None:
+    failures = iter([503, 500, 502])
+    endpoint.status = lambda event: next(failures, 201)
+    events = lineage_events(runs=1)
+    spool = make_spool(start=False)
+    for event in events:
+        spool.append(event)
+    assert spool.flush(timeout=10) == (len(events), 0)
+    assert endpoint.posts == len(events) + 3
+    assert [sent_form(e) for e in endpoint.received()] == [sent_form(e) for e in events]
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"OPENLINEAGE_URL": "{url}"},
+        {"OPENLINEAGE__TRANSPORT__TYPE": "http", "OPENLINEAGE__TRANSPORT__URL": "{url}"},
+    ],
+)
+def test_client_configured_the_standard_ways(
+    settings: dict[str, str], endpoint: Endpoint, tmp_path: Path
+) -> None:
+    for name, value in settings.items():
+        os.environ[name] = value.format(url=endpoint.url)
+    with Spool(tmp_path / "spool", exit_flush_timeout=0) as spool:
+        spool.append(lineage_events(runs=0)[0])
+        wait_until(lambda: len(endpoint.received()) == 1)
+
+
+def test_openlineage_yml_is_read(endpoint: Endpoint, tmp_path: Path) -> None:
+    (tmp_path / "openlineage.yml").write_text(f"transport:\n  type: http\n  url: {endpoint.url}\n")
+    with Spool(tmp_path / "spool", start=False) as spool:
+        spool.append(lineage_events(runs=0)[0])
+        assert spool.flush(timeout=10) == (1, 0)
+
+
+def test_unconfigured_client_holds_events(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # With no configuration the client would "deliver" by printing: keep the events instead.
+    with Spool(tmp_path / "spool", start=False) as spool:
+        for event in lineage_events(runs=0):
+            spool.append(event)
+        assert spool.flush(timeout=1) == (0, 2)
+        assert spool.flush(timeout=1) == (0, 2)
+    assert len(spool_warnings(caplog, "no OpenLineage transport configured")) == 1
+
+
+def test_openlineage_disabled_consumes_events(tmp_path: Path) -> None:
+    os.environ["OPENLINEAGE_DISABLED"] = "true"
+    with Spool(tmp_path / "spool", start=False) as spool:
+        for event in lineage_events(runs=0):
+            spool.append(event)
+        assert spool.flush(timeout=1) == (2, 0)
+
+
+def test_unwritable_spool_warns_instead_of_raising(
+    make_spool: Callable[..., Spool], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    spool = make_spool()
+    (tmp_path / "spool").rmdir()
+    (tmp_path / "spool").write_text("")  # not a directory any more (works even as root)
+    assert spool.append(lineage_events(runs=0)[0]) is False
+    assert len(spool_warnings(caplog, "could not spool")) == 1
+
+
+def test_forked_child_writes_its_own_segment(
+    make_spool: Callable[..., Spool], endpoint: Endpoint, tmp_path: Path
+) -> None:
+    first, second = lineage_events(runs=0)
+    spool = make_spool(start=False)
+    spool.append(first)
+    pid = os.fork()
+    if pid == 0:  # Airflow runs tasks in a fork of the worker: the child spools too
+        os._exit(0 if spool.append(second) else 1)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert len(list((tmp_path / "spool").glob("*.jsonl"))) == 2
+    assert spool.flush(timeout=10) == (2, 0)
+    assert [e["eventType"] for e in endpoint.received()] == ["START", "COMPLETE"]
