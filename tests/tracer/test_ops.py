@@ -631,3 +631,50 @@ def test_create_probe_keeps_semantics(ops, work, session):
     assert not one(records(session, work), "close", work / "exists").has(tracelog.RF_MODIFIED)
     # One record per open call, probe or not.
     assert len(recs) == 4
+
+
+def test_close_range_records_writable_fds(work, session):
+    code = textwrap.dedent("""
+        import os
+        fd = os.open("x", os.O_WRONLY | os.O_CREAT)
+        os.write(fd, b"data")
+        os.closerange(fd, fd + 1)          # close_range(2) in glibc >= 2.34
+        fd2 = os.open("y", os.O_WRONLY | os.O_CREAT)  # reuses the fd number
+        os.close(fd2)
+    """)
+    p = run([sys.executable, "-c", code], session, work)
+    assert p.returncode == 0, p.stderr
+    recs = records(session, work, "close")
+    assert [Path(os.fsdecode(r.path)).name for r in recs] == ["x", "y"]
+    assert recs[0].has(tracelog.RF_MODIFIED)
+
+
+def test_fcntl_dupfd_is_tracked(work, session):
+    (work / "x").write_text("old")
+    code = textwrap.dedent("""
+        import fcntl, os
+        fd = os.open("x", os.O_WRONLY)
+        d = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+        os.close(fd)
+        os.write(d, b"NEW CONTENT")
+        os.close(d)
+    """)
+    p = run([sys.executable, "-c", code], session, work)
+    assert p.returncode == 0, p.stderr
+    closes = records(session, work, "close")
+    assert len(closes) == 2 and not closes[0].has(tracelog.RF_MODIFIED)
+    assert closes[1].fd >= 10 and closes[1].has(tracelog.RF_MODIFIED)
+    assert closes[1].st_size == len("NEW CONTENT")
+
+
+def test_mkstemp_family_is_recorded(work, session):
+    code = "import tempfile; [tempfile.mkstemp(dir='.') for _ in range(2)]"
+    # Python's tempfile uses os.open; C programs use glibc's mkstemp: use sed -i too.
+    (work / "f.txt").write_text("a\n")
+    run([sys.executable, "-c", code], session, work)
+    run(["sed", "-i", "s/a/b/", "f.txt"], session, work)
+    opens = [r for r in records(session, work, "open") if r.flags & os.O_EXCL]
+    sed_tmp = [r for r in opens if b"/sed" in r.path]
+    assert len(opens) == 3 and len(sed_tmp) == 1
+    (ren,) = records(session, work, "rename")
+    assert ren.path == sed_tmp[0].path and norm(ren.path2) == bytes(work / "f.txt")

@@ -92,6 +92,19 @@ REAL_DECL(int, fchdir, (int))
 REAL_DECL(int, dup, (int))
 REAL_DECL(int, dup2, (int, int))
 REAL_DECL(int, dup3, (int, int, int))
+REAL_DECL(int, fcntl, (int, int, ...))
+REAL_DECL(int, fcntl64, (int, int, ...))
+REAL_DECL(int, close_range, (unsigned int, unsigned int, int))
+REAL_DECL(void, closefrom, (int))
+REAL_DECL(int, mkstemp, (char *))
+REAL_DECL(int, mkstemp64, (char *))
+REAL_DECL(int, mkostemp, (char *, int))
+REAL_DECL(int, mkostemp64, (char *, int))
+REAL_DECL(int, mkstemps, (char *, int))
+REAL_DECL(int, mkstemps64, (char *, int))
+REAL_DECL(int, mkostemps, (char *, int, int))
+REAL_DECL(int, mkostemps64, (char *, int, int))
+REAL_DECL(char *, mkdtemp, (char *))
 
 /* dlsym is resolved lazily too, because other libraries' constructors may call a hook
  * before ours has run. */
@@ -145,6 +158,7 @@ static struct {
     int grow_lock;
     uint64_t dropped_nolog;
     int tracked_fds;
+    int max_fd; /* highest fd ever remembered: bounds close_range scans */
 } g;
 
 static struct fd_state fd_states[FD_STATE_MAX];
@@ -173,6 +187,8 @@ static struct {
 } tags;
 
 static TLS int t_busy;
+/* Set by the vfork trampoline: see in_vfork_child(). */
+static TLS int t_vfork __attribute__((used));
 static TLS uint32_t t_tid;
 static TLS int t_has_tag;
 static TLS int t_slot = -1;
@@ -440,8 +456,24 @@ static void emit(struct ev *e) {
     __atomic_store_n(&r->state, ROAR_STATE_COMMITTED, __ATOMIC_RELEASE);
 }
 
-/* Hooks record only when a session is active and we are not already inside one. */
-static inline int recording(void) { return LIKELY(g.active) && !t_busy; }
+/* A vfork child runs on its parent's memory (this thread, its TLS, our tables) until it
+ * execs, so it must not change anything the parent will read.  The vfork trampoline
+ * marks the thread; the first hook after that asks the kernel which process it is in
+ * (in the parent, once vfork has returned, that clears the mark). */
+static inline int in_vfork_child(void) {
+    if (LIKELY(!t_vfork)) return 0;
+    if ((uint32_t)syscall(SYS_getpid) == g.pid) {
+        t_vfork = 0;
+        return 0;
+    }
+    return 1;
+}
+
+static inline int own_memory(void) { return !in_vfork_child(); }
+
+/* Hooks record only when a session is active, we are not already inside one, and this
+ * is not a vfork child (whose exec is recorded by do_exec with its own ids). */
+static inline int recording(void) { return LIKELY(g.active) && !t_busy && own_memory(); }
 
 #define ENTER(saved) \
     int saved = errno; \
@@ -497,6 +529,7 @@ static void rpath_at(struct rpath *p, int dirfd, const char *s, char *tmp, uint3
 
 static void fd_remember(int fd, const struct rpath *p, uint8_t track, const struct stat *st) {
     if (fd < 0) return;
+    if (fd > g.max_fd) g.max_fd = fd;
     if (fd < FD_STATE_MAX) {
         struct fd_state *fs = &fd_states[fd];
         if (fs->track && !track) __atomic_sub_fetch(&g.tracked_fds, 1, __ATOMIC_RELAXED);
@@ -829,7 +862,7 @@ EXPORT int close(int fd) {
     }
     int r = REAL(close)(fd);
     int saved = errno;
-    fd_forget(fd);
+    if (own_memory()) fd_forget(fd);
     errno = saved;
     return r;
 }
@@ -843,7 +876,7 @@ EXPORT int fclose(FILE *f) {
     }
     int r = REAL(fclose)(f);
     int saved = errno;
-    fd_forget(fd);
+    if (own_memory()) fd_forget(fd);
     errno = saved;
     if (flush_err && r == 0) {
         errno = flush_err;
@@ -983,6 +1016,7 @@ static void cwd_refresh(void) {
 }
 
 static void record_chdir(int r) {
+    if (!own_memory()) return; /* a vfork child's cwd is not its parent's */
     if (r == 0) cwd_refresh();
     if (!recording()) return;
     ENTER(saved);
@@ -1013,7 +1047,7 @@ EXPORT int fchdir(int fd) {
 /* ------------------------------------------------------------------ dup */
 
 static void record_dup(int old, int r) {
-    if (r < 0) return;
+    if (r < 0 || !own_memory()) return;
     int saved = errno;
     int was_tracked = tracked(old);
     fd_copy(old, r);
@@ -1044,7 +1078,7 @@ static void before_dup2(int old, int new) {
 EXPORT int dup2(int old, int new) {
     before_dup2(old, new);
     int r = REAL(dup2)(old, new);
-    if (r >= 0 && old != new) {
+    if (r >= 0 && old != new && own_memory()) {
         int saved = errno;
         fd_forget(new);
         errno = saved;
@@ -1056,7 +1090,7 @@ EXPORT int dup2(int old, int new) {
 EXPORT int dup3(int old, int new, int flags) {
     before_dup2(old, new);
     int r = REAL(dup3)(old, new, flags);
-    if (r >= 0) {
+    if (r >= 0 && own_memory()) {
         int saved = errno;
         fd_forget(new);
         errno = saved;
@@ -1064,6 +1098,102 @@ EXPORT int dup3(int old, int new, int flags) {
     record_dup(old, r);
     return r;
 }
+
+/* fcntl's third argument is an int, a long or a pointer depending on cmd; passing it on
+ * as a pointer-sized value is what every caller's ABI allows. */
+#define FCNTL_HOOK(name)                                                  \
+    EXPORT int name(int fd, int cmd, ...) {                               \
+        va_list ap;                                                       \
+        va_start(ap, cmd);                                                \
+        void *arg = va_arg(ap, void *);                                   \
+        va_end(ap);                                                       \
+        int r = REAL(name)(fd, cmd, arg);                                 \
+        if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) record_dup(fd, r);  \
+        return r;                                                         \
+    }
+
+FCNTL_HOOK(fcntl)
+FCNTL_HOOK(fcntl64)
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+/* close_range/closefrom close many fds in one call: record the writable ones first. */
+static void before_close_range(unsigned first, unsigned last) {
+    if (!recording() || !__atomic_load_n(&g.tracked_fds, __ATOMIC_RELAXED)) return;
+    ENTER(saved);
+    for (unsigned fd = first; fd <= last && fd < FD_STATE_MAX && (int)fd <= g.max_fd; fd++)
+        if (fd_states[fd].track) close_record((int)fd);
+    LEAVE(saved);
+}
+
+static void after_close_range(unsigned first, unsigned last) {
+    if (!own_memory()) return;
+    int saved = errno;
+    for (unsigned fd = first; fd <= last && (int)fd <= g.max_fd; fd++) fd_forget((int)fd);
+    errno = saved;
+}
+
+EXPORT int close_range(unsigned int first, unsigned int last, int flags) {
+    int closing = !(flags & CLOSE_RANGE_CLOEXEC);
+    if (closing) before_close_range(first, last);
+    int r = REAL(close_range)(first, last, flags);
+    if (r == 0 && closing) after_close_range(first, last);
+    return r;
+}
+
+EXPORT void closefrom(int low) {
+    unsigned first = low < 0 ? 0 : (unsigned)low;
+    before_close_range(first, ~0u);
+    REAL(closefrom)(low);
+    after_close_range(first, ~0u);
+}
+
+/* mkstemp and friends open their file inside glibc, out of our hooks' reach. */
+static int record_mkstemp(char *tmpl, int fd, int extra_flags) {
+    struct pre_open pre = {.have = 1};
+    open_after(AT_FDCWD, tmpl, O_RDWR | O_CREAT | O_EXCL | extra_flags, 0600, fd, &pre, 0);
+    return fd;
+}
+
+EXPORT int mkstemp(char *t) { return record_mkstemp(t, REAL(mkstemp)(t), 0); }
+EXPORT int mkstemp64(char *t) { return record_mkstemp(t, REAL(mkstemp64)(t), 0); }
+EXPORT int mkostemp(char *t, int fl) { return record_mkstemp(t, REAL(mkostemp)(t, fl), fl); }
+EXPORT int mkostemp64(char *t, int fl) {
+    return record_mkstemp(t, REAL(mkostemp64)(t, fl), fl);
+}
+EXPORT int mkstemps(char *t, int sl) { return record_mkstemp(t, REAL(mkstemps)(t, sl), 0); }
+EXPORT int mkstemps64(char *t, int sl) {
+    return record_mkstemp(t, REAL(mkstemps64)(t, sl), 0);
+}
+EXPORT int mkostemps(char *t, int sl, int fl) {
+    return record_mkstemp(t, REAL(mkostemps)(t, sl, fl), fl);
+}
+EXPORT int mkostemps64(char *t, int sl, int fl) {
+    return record_mkstemp(t, REAL(mkostemps64)(t, sl, fl), fl);
+}
+
+EXPORT char *mkdtemp(char *t) {
+    char *r = REAL(mkdtemp)(t);
+    record2(ROAR_OP_MKDIR, AT_FDCWD, t, AT_FDCWD, NULL, 0700, r ? 0 : -1);
+    return r;
+}
+
+/* vfork cannot be wrapped by a C function (the child would return through, and
+ * clobber, the frame the parent later returns through), so a two-instruction
+ * trampoline marks the thread and tail-jumps to the real vfork. */
+#if defined(__x86_64__)
+static void *real_vfork_ptr __attribute__((used));
+__asm__(".text\n"
+        ".globl vfork\n"
+        ".type vfork, @function\n"
+        "vfork:\n"
+        "    movq t_vfork@gottpoff(%rip), %rax\n"
+        "    movl $1, %fs:(%rax)\n"
+        "    jmp *real_vfork_ptr(%rip)\n"
+        ".size vfork, .-vfork\n");
+#endif
 
 /* ------------------------------------------------------------------ exec / spawn */
 
@@ -1492,7 +1622,11 @@ static void resolve_all(void) {
     (void)REAL(truncate64); (void)REAL(mkdir); (void)REAL(mkdirat); (void)REAL(rmdir);
     (void)REAL(execve); (void)REAL(execvpe); (void)REAL(posix_spawn);
     (void)REAL(posix_spawnp); (void)REAL(fork); (void)REAL(chdir); (void)REAL(fchdir);
-    (void)REAL(dup); (void)REAL(dup2); (void)REAL(dup3);
+    (void)REAL(dup); (void)REAL(dup2); (void)REAL(dup3); (void)REAL(fcntl);
+    (void)REAL(fcntl64); (void)REAL(close_range); (void)REAL(closefrom);
+#if defined(__x86_64__)
+    real_vfork_ptr = dlsym(RTLD_NEXT, "vfork");
+#endif
 }
 
 static int env_true(const char *v) { return v && *v && strcmp(v, "0") && strcasecmp(v, "false"); }
