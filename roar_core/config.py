@@ -59,10 +59,13 @@ class Config:
 
 _KEYS = {f.name: f for f in fields(Config) if f.name != "project_root"}
 _ENV_PREFIX = "ROAR_"
-# Environment variables that are ours but not config keys (tracer/session plumbing).
+# Environment variables that are ours but not config keys (tracer/session plumbing, the
+# CLI's traceback switch, the test suite's settings, which CI exports around every command).
 _ENV_NOT_KEYS = {
-    "ROAR_SESSION_DIR", "ROAR_TASK_TAG", "ROAR_DISABLE", "ROAR_PRELOAD_LIB",
+    "ROAR_SESSION_DIR", "ROAR_TASK_TAG", "ROAR_DISABLE", "ROAR_PRELOAD_LIB", "ROAR_DEBUG",
+    "ROAR_OPENLINEAGE_SPEC",
 }
+_ENV_NOT_KEY_PREFIXES = ("ROAR_TEST_",)
 
 
 def _coerce(key: str, value: Any, source: str) -> Any:
@@ -127,7 +130,8 @@ def find_project_root(start: Path) -> Path:
 def _env_values(env: dict[str, str] | os._Environ) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, value in env.items():
-        if not name.startswith(_ENV_PREFIX) or name in _ENV_NOT_KEYS:
+        if (not name.startswith(_ENV_PREFIX) or name in _ENV_NOT_KEYS
+                or name.startswith(_ENV_NOT_KEY_PREFIXES)):
             continue
         key = name[len(_ENV_PREFIX):].lower()
         if key not in _KEYS:

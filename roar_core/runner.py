@@ -1,4 +1,9 @@
-"""`roar-core run`: trace one command as one task and record its lineage."""
+"""`roar-core run`: trace one command as one task.
+
+The fast path imports only light modules: the command starts within a few milliseconds
+and `roar-core run` exits as soon as it has ended, handing the session to the recorder
+(roar_core.handoff).  `wait=True` records in this process instead and returns the result.
+"""
 
 from __future__ import annotations
 
@@ -8,51 +13,106 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from roar_core import tracelog, tracer
-from roar_core.api import Roar
-from roar_core.attribution import attribute
-from roar_core.recorder import RecordedTask
-from roar_core.session import new_session_dir, remove_session_dir, run_traced
+from roar_core import handoff, tracer
+from roar_core.config import Config
+from roar_core.session import run_traced
+
+
+def tracer_usable(cfg: Config) -> tuple[bool, str | None]:
+    """Cheap check (no probe process): the run itself shows whether the tracer worked,
+    and a session that left no log is recorded as untraced by the recorder."""
+    if cfg.disabled:
+        return False, "roar is disabled (ROAR_DISABLED)"
+    if tracer.disabled_by_env():
+        return False, tracer.DISABLED_REASON
+    lib = tracer.library_path()
+    if not lib.is_file():
+        return False, f"{lib} is missing (reinstall roar-core to build it)"
+    return True, None
+
+
+def run(cfg: Config, argv: list[str], job_name: str | None = None) -> tuple[int, Path]:
+    """Run argv traced; returns (returncode as subprocess reports it, session dir)."""
+    usable, reason = tracer_usable(cfg)
+    session, info = handoff.begin(cfg, argv, job_name or Path(argv[0]).name, usable, reason)
+    try:
+        rc = run_traced(argv, session if usable else None, info.run_id)
+    except OSError as e:  # e.g. command not found: answer like a shell (127/126)
+        rc = 127 if isinstance(e, FileNotFoundError) else 126
+        print(f"roar-core: {argv[0]}: {e.strerror}", file=sys.stderr)
+    handoff.end(session, rc)
+    return rc, session
 
 
 @dataclass
 class RunResult:
     returncode: int  # as subprocess reports it: < 0 means killed by that signal
-    recorded: RecordedTask | None
-    error: str | None  # lineage that could not be recorded (the command still ran)
+    recorded: object | None  # recorder.RecordedTask of this run
+    error: str | None  # why its lineage could not be recorded (the command still ran)
 
 
-def run_command(roar: Roar, argv: list[str], job_name: str | None = None) -> RunResult:
-    status = tracer.status()
-    job = job_name or Path(argv[0]).name
-    meta = roar.begin_task(job, engine="cli", command=argv, traced=status.usable,
-                           untraced_reason=None if status.usable else status.reason)
-    session = new_session_dir(roar.config, meta.run_id) if status.usable else None
+def how_it_ended(returncode: int) -> str:
+    """A subprocess-style status in words: "exit 3", "killed by SIGTERM"."""
+    if returncode < 0:
+        return f"killed by {signal.Signals(-returncode).name}"
+    return f"exit {returncode}"
+
+
+class HomeError(OSError):
+    """The roar home cannot be created: nothing can be recorded (the command is not run)."""
+
+
+def run_detached(cfg: Config, argv: list[str], job_name: str | None = None) -> int:
+    """`roar-core run`: the command, then a detached recorder does the rest."""
     try:
-        rc = run_traced(argv, session, meta.run_id)
-    except OSError as e:  # e.g. command not found: behave like a shell (127/126)
-        rc = 127 if isinstance(e, FileNotFoundError) else 126
+        cfg.home.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise HomeError(f"cannot use roar home {cfg.home}: {e.strerror or e} "
+                        "(the command was not run)") from None
+    rc, session = run(cfg, argv, job_name)
+    info = handoff.read_runner(session)
+    handoff.spawn_recorder(cfg)
+    print(f"roar-core: job {info.job_name}, run {info.run_id} ({how_it_ended(rc)}): "
+          f"recording in the background; `roar-core show {info.run_id}` waits for it",
+          file=sys.stderr)
+    if not info.traced:
+        print(f"roar-core: UNTRACED: {info.untraced_reason}", file=sys.stderr)
+    return rc
+
+
+def run_untraced(argv: list[str]) -> int:
+    """The kill switch (ROAR_DISABLED): the command runs, nothing is traced or recorded."""
+    print("roar-core: disabled by configuration (ROAR_DISABLED): running untraced, "
+          "recording nothing", file=sys.stderr)
+    try:
+        return run_traced(argv, None, None)
+    except OSError as e:  # answer like a shell would
         print(f"roar-core: {argv[0]}: {e.strerror}", file=sys.stderr)
+        return 127 if isinstance(e, FileNotFoundError) else 126
 
-    def source(_tag: str):
-        if session is None:
-            return [], 0
-        trace = tracelog.read_session(session)
-        # Every process in this session belongs to the one command we ran.
-        records = [r for t in attribute(trace.logs).values() for r in t.records]
-        records.sort(key=lambda r: r.mono_ns)
-        return records, trace.dropped
 
-    outcome = "COMPLETE" if rc == 0 else "FAIL"
-    error = None
-    if rc < 0:
-        error = f"killed by {signal.Signals(-rc).name}"
-    elif rc:
-        error = f"exit code {rc}"
-    job_ = roar.end_task(meta, outcome, exit_code=rc, error=error, source=source, wait=True)
-    if session is not None and job_.error is None:
-        remove_session_dir(session)
-    return RunResult(rc, job_.result, job_.error)
+def main_fast(job_name: str | None, argv: list[str]) -> None:
+    """`roar-core run` without the click CLI (see roar_core.entry)."""
+    from roar_core import config
+
+    try:
+        cfg = config.load()
+        rc = run_untraced(argv) if cfg.disabled else run_detached(cfg, argv, job_name)
+    except (config.ConfigError, HomeError) as e:
+        print(f"roar-core: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    sys.stdout.flush()
+    sys.stderr.flush()
+    exit_like(rc)
+
+
+def run_command(roar, argv: list[str], job_name: str | None = None) -> RunResult:
+    """Run and record in this process (the API, `run --wait`)."""
+    rc, session = run(roar.config, argv, job_name)
+    run_id = handoff.read_runner(session).run_id
+    mine = [r for r in handoff.drain(roar) if r.meta.run_id == run_id]
+    return RunResult(rc, mine[0] if mine else None,
+                     None if mine else "the recorder could not record this run (see above)")
 
 
 def exit_like(returncode: int) -> None:

@@ -540,19 +540,22 @@ class Store:
                 .where(AccessRow.task_run_id == task_run_id)
                 .order_by(AccessRow.id)
             )
-            return [
-                AccessRecord(
-                    r.uri,
-                    r.role,
-                    r.digest,
-                    r.size,
-                    r.mtime_ns,
-                    r.path_read,
-                    r.dataset_namespace,
-                    r.dataset_name,
-                )
-                for r in rows
-            ]
+            return [_access_record(r) for r in rows]
+
+    def accesses_of_uri(self, uri: str) -> list[tuple[AccessRecord, TaskRunRecord]]:
+        """Every recorded access of `uri` (the path as observed), with its run, oldest first:
+        the versions of one file and who wrote or read each."""
+        with self._transaction("cannot query accesses", write=False) as conn:
+            rows = conn.execute(
+                select(AccessRow.__table__).where(AccessRow.uri == uri).order_by(AccessRow.id)
+            ).all()
+            runs: dict[str, TaskRunRecord] = {}
+            for chunk in _lineage._chunks(r.task_run_id for r in rows):
+                query = select(TaskRunRow.__table__).where(TaskRunRow.run_id.in_(chunk))
+                runs.update((row.run_id, _task_record(row)) for row in conn.execute(query))
+        pairs = [(_access_record(r), runs[r.task_run_id]) for r in rows]
+        pairs.sort(key=lambda p: p[1].started_at)  # stable: accesses of one run keep their order
+        return pairs
 
     def lineage(
         self,
@@ -617,6 +620,13 @@ def _version_params(a: Access, producer: str | None, now: datetime) -> dict[str,
         "recorded_at": now,
         "last_seen_at": now,
     }
+
+
+def _access_record(r: Row[Any]) -> AccessRecord:
+    return AccessRecord(
+        r.uri, r.role, r.digest, r.size, r.mtime_ns, r.path_read, r.dataset_namespace,
+        r.dataset_name,
+    )
 
 
 def _task_record(row: Row[Any]) -> TaskRunRecord:

@@ -3,16 +3,14 @@ to a child process, and the task-tag API of a shim already loaded in this proces
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import os
-import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from roar_core import tracelog
+# ctypes, subprocess, tempfile and the log reader are imported where they are used: this
+# module is on `roar-core run`'s path, which must start the command within milliseconds.
 
 LIB_NAME = "libroar_preload.so"
 ENV_SESSION = "ROAR_SESSION_DIR"
@@ -28,6 +26,14 @@ def library_path() -> Path:
     return Path(__file__).resolve().parent / "_bin" / LIB_NAME
 
 
+DISABLED_REASON = f"{ENV_DISABLE} is set: the tracer is switched off"
+
+
+def disabled_by_env() -> bool:
+    """ROAR_DISABLE as the shim reads it (env_true() in roar_preload.c)."""
+    return os.environ.get(ENV_DISABLE, "").lower() not in ("", "0", "false")
+
+
 @dataclass(frozen=True)
 class TracerStatus:
     path: Path
@@ -38,7 +44,16 @@ class TracerStatus:
 @functools.lru_cache(maxsize=1)
 def status() -> TracerStatus:
     """Check, once per process, that the shim loads and writes a log here."""
+    import subprocess
+    import tempfile
+
+    from roar_core import tracelog
+
     lib = library_path()
+    if disabled_by_env():
+        # The shim would load and record nothing, which the probe below would misreport
+        # as "wrote no trace log".
+        return TracerStatus(lib, False, DISABLED_REASON)
     if not lib.is_file():
         return TracerStatus(lib, False, f"{lib} is missing (reinstall roar-core to build it)")
     with tempfile.TemporaryDirectory(prefix="roar-probe-") as d:
@@ -84,7 +99,9 @@ def preload_env(
 class Shim:
     """The task-tag API of the shim preloaded into this process (ctypes, no new load)."""
 
-    def __init__(self, lib: ctypes.CDLL):
+    def __init__(self, lib):
+        import ctypes
+
         self._lib = lib
         lib.roar_task_begin.argtypes = [ctypes.c_char_p]
         lib.roar_task_begin.restype = ctypes.c_int
@@ -93,6 +110,7 @@ class Shim:
         lib.roar_process_tag.argtypes = [ctypes.c_char_p]
         lib.roar_process_tag.restype = ctypes.c_int
         lib.roar_flush.restype = ctypes.c_int
+        lib.roar_thread_ignore.restype = ctypes.c_int
         lib.roar_dropped.restype = ctypes.c_uint64
         lib.roar_version.restype = ctypes.c_int
         lib.roar_active.restype = ctypes.c_int
@@ -107,6 +125,10 @@ class Shim:
 
     def process_tag(self, tag: str | None) -> None:
         self._lib.roar_process_tag(tag.encode("utf-8", "surrogateescape") if tag else None)
+
+    def ignore_thread(self) -> None:
+        """This thread is roar's own: its file operations are never recorded."""
+        self._lib.roar_thread_ignore()
 
     def flush(self) -> bool:
         return self._lib.roar_flush() == 0
@@ -125,10 +147,22 @@ class Shim:
         return Path(os.fsdecode(p)) if p else None
 
 
+def ignore_this_thread() -> None:
+    """Called by roar's own threads (recorder, hashing, spool sender): in a process that
+    runs traced tasks, their file I/O must not land in a task's lineage."""
+    shim = loaded()
+    if shim is not None:
+        shim.ignore_thread()
+
+
 @functools.lru_cache(maxsize=1)
 def loaded() -> Shim | None:
     """The shim if it was preloaded into this process, else None.  Never loads it:
     a late dlopen would not interpose anything."""
+    import ctypes
+
+    from roar_core import tracelog
+
     try:
         lib = ctypes.CDLL(str(library_path()), mode=os.RTLD_NOLOAD | os.RTLD_NOW)
     except OSError:

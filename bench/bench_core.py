@@ -1,0 +1,182 @@
+"""End-to-end cost of the core: `roar-core run` against the bare command (and `roar run`).
+
+    python bench/bench_core.py [--reps 7] [--tmp DIR] [--roar-cli-venv V | env ROAR_CLI_VENV]
+                               [--files 0,1000,5000] [--no-hash]
+
+1. Startup: `roar-core run -- true` vs `true`.  `roar-core run` exits when the command has
+   ended and hands the session to a background recorder; the time until that recorder
+   has stored the lineage is measured too (not part of the command's wall time, and the
+   next sample starts only when it is done, so it never overlaps a timed run).
+2. The N-file workload end to end (trace + classify + hash + store + spool): `roar-core
+   run --wait` (records in-process before exiting) vs untraced, N = 0, 1,000, 5,000,
+   a fresh data dir and a fresh ROAR_HOME per run (cold stat cache).  Per-file cost =
+   slope(traced) - slope(untraced).
+3. Hashing throughput on a 1 GiB page-cached file vs the blake3 package's best single
+   call (bench_hashing.bench_big).
+4. With a roar-cli venv: `roar run true` and the N-file workload under `roar run`
+   (preload backend, a fresh `roar init` per run) side by side.
+
+Runs are interleaved (untraced, traced, peer, ...) and every number is a median.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from bench_tracer import build_workload, clean_env, find_peer, fit  # noqa: E402
+
+ROOT = HERE.parent
+ROAR_CORE = str(Path(sys.executable).parent / "roar-core")
+
+
+def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> float:
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE)
+    dt = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}): {p.stderr[-500:]!r}")
+    return dt
+
+
+def wait_recorded(home: Path, timeout: float = 120.0) -> float:
+    """Seconds until the background recorder has no pending session and has exited."""
+    sys.path.insert(0, str(ROOT))
+    from roar_core import config, handoff
+
+    cfg = config.load(env={"ROAR_HOME": str(home)})
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout:
+        if not handoff.pending(cfg) and not handoff.recorder_running(cfg):
+            return time.perf_counter() - t0
+        time.sleep(0.005)
+    raise SystemExit(f"the recorder did not finish within {timeout}s ({home})")
+
+
+def peer_run(peer, argv: list[str], env: dict[str, str], cwd: Path) -> list[str]:
+    subprocess.run([str(peer.roar), "init", "--no-gitignore"], cwd=cwd, env=env,
+                   capture_output=True, check=True)
+    subprocess.run([str(peer.roar), "config", "set", "filters.ignore_tmp_files", "false"],
+                   cwd=cwd, env=env, capture_output=True)
+    return [str(peer.roar), "run", "--tracer", "preload", "--no-tracer-fallback", *argv]
+
+
+def startup(args, base_env, peer, root: Path) -> dict[str, list[float]]:
+    res: dict[str, list[float]] = {"true": [], "roar-core run": [], "recorded after": []}
+    if peer:
+        res["roar run"] = []
+    true = shutil.which("true")
+    for i in range(args.reps * 2):
+        d = root / f"s{i}"
+        d.mkdir()
+        env = dict(base_env, ROAR_HOME=str(d / ".roar"))
+        res["true"].append(timed([true], env, d))
+        res["roar-core run"].append(timed([ROAR_CORE, "run", "--", true], env, d))
+        res["recorded after"].append(wait_recorded(d / ".roar"))
+        if peer:
+            cmd = peer_run(peer, [true], env, d)
+            res["roar run"].append(timed(cmd, env, d))
+        shutil.rmtree(d, ignore_errors=True)
+    return res
+
+
+def files(args, base_env, peer, root: Path, workload: list[str]) -> dict[str, dict[int, list]]:
+    variants = ["untraced", "roar-core run --wait"] + (["roar run"] if peer else [])
+    res: dict[str, dict[int, list[float]]] = {v: {n: [] for n in args.files} for v in variants}
+    for rep in range(args.reps):
+        for n in args.files:
+            for v in variants:
+                d = root / f"f{rep}-{n}-{v.split()[0]}"
+                d.mkdir()
+                env = dict(base_env, ROAR_HOME=str(d / ".roar"))
+                cmd = [*workload, "files", str(n), str(d / "data")]
+                if v == "roar-core run --wait":
+                    cmd = [ROAR_CORE, "run", "--wait", "--", *cmd]
+                elif v == "roar run":
+                    cmd = peer_run(peer, cmd, env, d)
+                res[v][n].append(timed(cmd, env, d))
+                shutil.rmtree(d, ignore_errors=True)
+            print(f"  rep {rep + 1}/{args.reps} N={n} done", file=sys.stderr)
+    return res
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--tmp", default=None, help="where data dirs go (default: a temp dir)")
+    ap.add_argument("--roar-cli-venv", default=os.environ.get("ROAR_CLI_VENV"))
+    ap.add_argument("--files", default="0,1000,5000")
+    ap.add_argument("--no-hash", action="store_true", help="skip the 1 GiB hashing bench")
+    args = ap.parse_args()
+    args.files = [int(x) for x in args.files.split(",")]
+    base_env = clean_env()
+    peer, note = find_peer(args.roar_cli_venv, base_env)
+    root = Path(tempfile.mkdtemp(prefix="roar-bench-core-", dir=args.tmp))
+    fs = subprocess.run(["stat", "-f", "-c", "%T", str(root)], capture_output=True,
+                        text=True).stdout.strip()
+    print("== machine ==")
+    print(f"date     {time.strftime('%Y-%m-%dT%H:%M:%S%z')}")
+    print(f"cpu      {os.cpu_count()} cpus; load {os.getloadavg()}")
+    print(f"data     {root} ({fs})")
+    print(f"peer     {peer.version if peer else note}")
+    try:
+        workload = build_workload("c", root)
+
+        print("\n== 1. startup: `roar-core run -- true` vs `true` (ms, medians) ==")
+        st = startup(args, base_env, peer, root)
+        base = statistics.median(st["true"])
+        for k, v in st.items():
+            m = statistics.median(v)
+            extra = "" if k in ("true", "recorded after") else f"   added {1e3 * (m - base):+8.1f}"
+            print(f"  {k:<16} {1e3 * m:9.1f}{extra}   (n={len(v)})")
+        added = statistics.median(st["roar-core run"]) - base
+        print(f"  -> roar-core run adds {1e3 * added:.1f} ms (limit 100 ms)"
+              + (f"; roar run adds {1e3 * (statistics.median(st['roar run']) - base):.0f} ms"
+                 if peer else ""))
+
+        print("\n== 2. N-file workload end to end (trace+hash+store+spool), ms medians ==")
+        fr = files(args, base_env, peer, root, workload)
+        ns = args.files
+        print("  N      " + "".join(f"{v:>22}" for v in fr))
+        for n in ns:
+            print(f"  {n:<6} " + "".join(f"{1e3 * statistics.median(fr[v][n]):22.1f}"
+                                         for v in fr))
+        slopes = {v: fit(ns, [statistics.median(fr[v][n]) for n in ns]) for v in fr}
+        base_b = slopes["untraced"].b
+        for v, f in slopes.items():
+            if v == "untraced":
+                continue
+            print(f"  {v:<22} adds {1e6 * (f.b - base_b):7.1f} µs/file "
+                  f"(±{1e6 * f.se_b:.1f}), intercept {1e3 * (f.a - slopes['untraced'].a):+.0f} ms")
+        big = max(ns)
+        per_file_big = (statistics.median(fr["roar-core run --wait"][big])
+                        - statistics.median(fr["untraced"][big])
+                        - statistics.median(fr["roar-core run --wait"][0])
+                        + statistics.median(fr["untraced"][0])) / big
+        print(f"  -> at N={big}: roar-core adds {1e6 * per_file_big:.1f} µs/file end to end "
+              "(limit 50)")
+
+        if not args.no_hash:
+            print("\n== 3. hashing a 1 GiB page-cached file ==")
+            sys.path.insert(0, str(ROOT))
+            from bench_hashing import bench_big
+
+            bench_big(root, 1 << 30, 5)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,282 @@
+"""`roar-core`: trace commands, look at what was recorded, send what is spooled.
+
+    roar-core run [--job NAME] [--wait] -- CMD...   trace CMD as one task; exits like CMD
+    roar-core show [RUN_ID|PATH]             recent runs, one run, or one file's versions
+    roar-core lineage PATH|DIGEST            upstream (default) or downstream, text or JSON
+    roar-core graph PATH --format html|svg|dot [-o FILE]
+    roar-core flush [--timeout S]            send the OpenLineage spool backlog
+    roar-core doctor                         is everything needed here working?
+
+Errors are one line, `roar-core: error: ...`, with exit code 2 for usage and configuration
+(including a store the configuration points at that cannot be opened) and 1 otherwise;
+ROAR_DEBUG=1 shows the traceback instead. Everything `run` itself says goes to stderr, so the
+command's own output stays untouched on stdout.
+
+This module parses arguments and imports little: `run` (without --wait) must cost the command
+milliseconds, not the ~0.5 s that SQLAlchemy, Alembic, rich and openlineage take to import.
+Output and the heavier setup live in `cli_views`, imported by the commands that need it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+import click
+
+from roar_core import config as config_mod
+
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+# `run` gives the spool this long to deliver its events before exiting; what is not sent by
+# then stays spooled for the next run or `roar-core flush`. Kept short: an unreachable
+# backend must not make every traced command seconds slower.
+CLOSE_TIMEOUT_S = 2.0
+_RUN_ID_LEN = 36  # a UUID in its text form
+
+
+class CliError(Exception):
+    """A failure to report as one line with this exit code."""
+
+    def __init__(self, message: str, code: int = EXIT_FAILURE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _debug() -> bool:
+    return os.environ.get("ROAR_DEBUG", "").lower() not in ("", "0", "false")
+
+
+def _load_config() -> config_mod.Config:
+    return config_mod.load()  # ConfigError: reported by main() with exit code 2
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="roar-core", prog_name="roar-core")
+def cli() -> None:
+    """Observed lineage: trace what commands really read and write, by content hash.
+
+    Configuration: [tool.roar] in pyproject.toml, .roar/config.toml, ROAR_* variables
+    (ROAR_HOME, ROAR_DATABASE_URL, ...). OpenLineage: OPENLINEAGE_URL or openlineage.yml;
+    without them events go to a file under the roar home.
+    """
+
+
+# ---- run ------------------------------------------------------------------------------------
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--job", "job_name", metavar="NAME", help="Job name (default: the program's name).")
+@click.option("--wait/--no-wait", default=False, show_default=True,
+              help="Record before exiting and print the full summary (digests), instead of "
+                   "handing the run to a background recorder and exiting as soon as the "
+                   "command has (what `show`, `lineage` and `graph` see is complete either "
+                   "way: they finish pending recordings first).")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def run(job_name: str | None, wait: bool, command: tuple[str, ...]) -> None:
+    """Run COMMAND traced, as one task, and record what it read and wrote.
+
+    COMMAND's stdout and stderr are left alone; a short summary follows on stderr.
+    roar-core exits with COMMAND's exit code, or dies of the same signal.
+    """
+    from roar_core import runner
+
+    argv = list(command)
+    cfg = _load_config()
+    if cfg.disabled:
+        rc = runner.run_untraced(argv)
+    elif wait:
+        from roar_core import cli_views
+
+        rc = cli_views.run_and_record(cfg, argv, job_name)
+    else:
+        try:
+            rc = runner.run_detached(cfg, argv, job_name)
+        except runner.HomeError as e:
+            raise CliError(str(e), EXIT_USAGE) from e
+    sys.stdout.flush()
+    sys.stderr.flush()
+    runner.exit_like(rc)
+
+
+# ---- show, lineage, graph ---------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("target", required=False, metavar="[RUN_ID|PATH]")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1),
+              help="How many recent runs to list.")
+def show(target: str | None, limit: int) -> None:
+    """List recent task runs, or show one run, or the recorded versions of one file."""
+    from roar_core import cli_views as views
+
+    cfg = _load_config()
+    if target is None:
+        views.drain_pending(cfg)
+        if views.store_missing(cfg):
+            click.echo(f"no task runs recorded yet (no store at {views.store_location(cfg)})")
+            return
+    with views.read_store(cfg) as store:
+        if target is None:
+            views.show_runs(store, limit)
+            return
+        run_ = store.task_run(target) if len(target) == _RUN_ID_LEN else None
+        if run_ is not None:
+            views.show_run(store, run_)
+            return
+        key = views.lineage_key(target)
+        history = store.accesses_of_uri(key)
+        if not history:
+            raise CliError(f"no task run or file recorded as {views.shown(target)} ({key})")
+        views.show_file(key, history)
+
+
+@cli.command()
+@click.argument("key", metavar="PATH|DIGEST")
+@click.option("--upstream/--downstream", default=True,
+              help="Where it came from (default), or what was made from it.")
+@click.option("--depth", type=click.IntRange(min=0), metavar="N",
+              help="Stop N task runs away (default: no limit).")
+@click.option("--json", "as_json", is_flag=True, help="LineageGraph.to_dict() as JSON.")
+def lineage(key: str, upstream: bool, depth: int | None, as_json: bool) -> None:
+    """Ancestry (or descendants) of a file or a content digest, linked by content hash."""
+    from roar_core import cli_views as views
+
+    g = views.query(_load_config(), key, ["upstream" if upstream else "downstream"], depth)
+    if as_json:
+        click.echo(json.dumps(g.to_dict(), indent=2))
+    else:
+        click.echo("\n".join(views.tree_lines(g)))
+
+
+GRAPH_FORMATS = ("dot", "html", "svg")  # roar_core.graph.FORMATS, without importing it here
+
+
+@cli.command()
+@click.argument("key", metavar="PATH|DIGEST")
+@click.option("--format", "fmt", type=click.Choice(GRAPH_FORMATS), default="html",
+              show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="File to write (default: stdout).")
+@click.option("--direction", type=click.Choice(["upstream", "downstream", "both"]),
+              default="both", show_default=True)
+@click.option("--depth", type=click.IntRange(min=0), metavar="N")
+def graph(key: str, fmt: str, output: Path | None, direction: str, depth: int | None) -> None:
+    """A picture of a file's lineage: self-contained HTML, SVG, or Graphviz DOT."""
+    from roar_core import cli_views as views
+    from roar_core import graph as graph_mod
+
+    directions = ["upstream", "downstream"] if direction == "both" else [direction]
+    g = views.query(_load_config(), key, directions, depth)
+    text = graph_mod.FORMATS[fmt](g)
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        views.write_atomically(output, text)
+    except OSError as e:
+        raise CliError(f"cannot write {output}: {e.strerror or e}") from e
+    print(f"roar-core: wrote {fmt} lineage graph of {views.shown(key)} ({len(g.runs)} runs, "
+          f"{len(g.artifacts)} files) to {views.shown(str(output))}", file=sys.stderr)
+
+
+# ---- flush, doctor --------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--timeout", default=30.0, show_default=True, type=click.FloatRange(min=0),
+              metavar="S", help="Give up after S seconds; the rest stays spooled.")
+def flush(timeout: float) -> None:
+    """Send the OpenLineage events still in the spool. Exit 0 when none is left."""
+    from roar_core import cli_views as views
+    from roar_core.spool import Spool
+
+    cfg = _load_config()
+    views.drain_pending(cfg)  # runs still being recorded have events to spool first
+    if not cfg.spool_dir.is_dir():
+        click.echo("sent 0, pending 0")
+        return
+    # The same transport as `run`; a bare Spool would hold the events when nothing is
+    # configured, where `run` writes them to the embedded default file.
+    spool = Spool(cfg.spool_dir, client=views.ol_client(cfg), start=False)
+    try:
+        result = spool.flush(timeout)
+    finally:
+        spool.close()
+    click.echo(f"sent {result.sent}, pending {result.pending}")
+    if result.pending:
+        raise CliError(f"{result.pending} event(s) not delivered; they stay in {cfg.spool_dir}")
+
+
+@cli.command()
+def doctor() -> None:
+    """Check the tracer, the store, OpenLineage and the spool. Exit 1 if one is broken."""
+    from roar_core import cli_views as views
+
+    checks = [views.check_tracer()]
+    try:
+        cfg = _load_config()
+    except config_mod.ConfigError as e:
+        views.print_checks([*checks, ("config", "FAIL", str(e))])
+        raise SystemExit(EXIT_USAGE) from None
+    off = " (DISABLED: nothing is recorded)" if cfg.disabled else ""
+    checks += [
+        ("config", "ok", f"project {cfg.project_root}, home {cfg.home}, "
+                         f"namespace {cfg.namespace}{off}"),
+        views.check_store(cfg),
+        views.check_openlineage(cfg),
+        views.check_spool(cfg),
+        views.check_sessions(cfg),
+    ]
+    views.print_checks(checks)
+    if any(status == "FAIL" for _, status, _ in checks):
+        raise SystemExit(EXIT_FAILURE)
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry point
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    sys.stdout.flush()
+    print(f"roar-core: error: {' '.join(message.split())}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def _report(e: Exception) -> NoReturn:
+    """One line and an exit code for anything a command raised."""
+    from roar_core.store_records import StoreError
+    from roar_core.tracelog import TraceLogError
+
+    if isinstance(e, CliError):
+        _fail(str(e), e.code)
+    if isinstance(e, config_mod.ConfigError):
+        _fail(str(e), EXIT_USAGE)
+    if isinstance(e, StoreError | TraceLogError):
+        _fail(str(e), EXIT_FAILURE)
+    if isinstance(e, OSError):
+        _fail(f"{e.strerror or e}" + (f" ({e.filename})" if e.filename else ""), EXIT_FAILURE)
+    _fail(f"internal error: {type(e).__name__}: {' '.join(str(e).split())} "
+          "(ROAR_DEBUG=1 shows the traceback)", EXIT_FAILURE)
+
+
+def main(argv: list[str] | None = None) -> None:
+    debug = _debug()
+    logging.basicConfig(format="%(message)s", level=logging.WARNING, stream=sys.stderr)
+    if debug:
+        for name in ("roar", "roar_core"):
+            logging.getLogger(name).setLevel(logging.DEBUG)
+    try:
+        cli.main(args=argv, prog_name="roar-core")
+    except Exception as e:  # click handled its own (usage) errors already
+        if debug:
+            raise
+        _report(e)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,526 @@
+"""What the `roar-core` commands print, and the heavier setup they need (store, recorder).
+
+Kept apart from `cli.py`, which only parses arguments, so that `roar-core run --no-wait` never
+imports rich, SQLAlchemy or openlineage: `cli.py` imports this module inside the commands that
+need it.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from roar_core import config as config_mod
+from roar_core import graph as graph_mod
+from roar_core.classification import display_name
+from roar_core.cli import CLOSE_TIMEOUT_S, EXIT_USAGE, CliError
+from roar_core.lineage import LineageGraph, RunNode, is_digest
+from roar_core.runner import RunResult, how_it_ended
+from roar_core.store import DB_FILENAME, AccessRecord, Store, StoreError, TaskRunRecord
+
+PROGRESS_DELAY_S = 1.0  # hashing shorter than this shows no progress bar
+LIST_MAX = 5  # files per role listed in the summary after `run`
+ROLE_VERBS = {
+    "output": "written by",
+    "input": "read by",
+    "deleted": "deleted by",
+    "transient": "made and removed by",
+}
+
+# ---------------------------------------------------------------------------------------------
+# Small helpers
+
+
+def stderr_console() -> Console:
+    # soft_wrap: a long line stays one line in a log, whatever the terminal's width.
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def print_table(table: Table) -> None:
+    # Piped output is for grep and scripts: wide enough that rows are never folded or cut,
+    # without the padding rich adds to the last column.
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 1000)
+    with console.capture() as captured:
+        console.print(table)
+    click.echo("\n".join(line.rstrip() for line in captured.get().splitlines()))
+
+
+def shown(arg: str) -> str:
+    """A command-line argument fit to print: undecodable bytes as \\xNN, like recorded names."""
+    return display_name(os.fsencode(arg))
+
+
+def display_path(uri: str, cwd: Path | None = None) -> str:
+    """A recorded path as a person would type it here: relative when under the cwd."""
+    base = str(cwd or Path.cwd()).rstrip("/") + "/"
+    return uri[len(base) :] if uri.startswith(base) else uri
+
+
+def lineage_key(arg: str) -> str:
+    """What the store knows a file by: a digest or URI as given, a path made absolute with
+    symlinks resolved and undecodable bytes escaped the way the tracer records names."""
+    if is_digest(arg) or "://" in arg:
+        return arg
+    return display_name(os.fsencode(os.path.realpath(arg)))
+
+
+def when(dt: datetime | None) -> str:
+    return dt.astimezone().strftime("%Y-%m-%d %H:%M:%S") if dt else "-"
+
+
+def size_text(n: int | None) -> str:
+    if n is None:
+        return "-"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024:
+            return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def status_text(run: TaskRunRecord) -> str:
+    if run.exit_code is None:
+        return run.status
+    if run.exit_code < 0:
+        return f"{run.status} ({run.error_message or f'signal {-run.exit_code}'})"
+    return f"{run.status} (exit {run.exit_code})"
+
+
+def one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def write_atomically(path: Path, text: str) -> None:
+    # A reader (a browser reloading the page) never sees half a file, and a failed write
+    # leaves the previous one in place.
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# ---------------------------------------------------------------------------------------------
+# Store, recorder, OpenLineage client
+
+
+def ol_client(cfg: config_mod.Config) -> Any:
+    """The client `roar-core run` sends with (the same choice as the API's default)."""
+    from roar_core.api import default_client
+
+    try:
+        return default_client(cfg)
+    except Exception as e:  # bad openlineage.yml, unknown transport...: the user's to fix
+        raise CliError(f"cannot set up the OpenLineage client: {one_line(e)}", EXIT_USAGE) from e
+
+
+def store_location(cfg: config_mod.Config) -> str:
+    if cfg.database_url is None:
+        return str(cfg.home / DB_FILENAME)
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(cfg.database_url).render_as_string(hide_password=True)
+    except Exception:  # unparsable: say so without echoing what may hold a password
+        return "(unparsable database_url)"
+
+
+def store_missing(cfg: config_mod.Config) -> bool:
+    return cfg.database_url is None and not (cfg.home / DB_FILENAME).is_file()
+
+
+def open_roar(cfg: config_mod.Config, progress: Callable[[int, int], None] | None = None) -> Any:
+    """The recorder, or a one-line error (exit 2) before any command runs: recording needs it."""
+    from roar_core.api import Roar
+
+    try:
+        # First, so that an unusable home is reported as such, not as whatever part of the
+        # setup happens to touch it first.
+        cfg.home.mkdir(parents=True, exist_ok=True)
+        client = ol_client(cfg) if cfg.emit else None
+        return Roar(cfg, client=client, progress=progress)
+    except StoreError as e:
+        raise CliError(f"{e} (the command was not run)", EXIT_USAGE) from e
+    except OSError as e:
+        where = f" ({e.filename})" if e.filename and str(e.filename) != str(cfg.home) else ""
+        raise CliError(f"cannot use roar home {cfg.home}: {e.strerror or e}{where} "
+                       "(the command was not run)", EXIT_USAGE) from e
+
+
+def drain_pending(cfg: config_mod.Config) -> None:
+    """Record the runs that `run --no-wait` handed to the background recorder and that are
+    not recorded yet, so that what a reading command shows is complete."""
+    from roar_core import handoff
+
+    if not handoff.pending(cfg):
+        return
+    roar = open_roar(cfg)
+    try:
+        handoff.drain(roar)  # waits for a background recorder that is at it already
+    finally:
+        roar.close(timeout=CLOSE_TIMEOUT_S)
+
+
+@contextmanager
+def read_store(cfg: config_mod.Config) -> Iterator[Store]:
+    """The store, for commands that only read: a missing SQLite file is not created."""
+    drain_pending(cfg)
+    if store_missing(cfg):
+        raise CliError(f"nothing recorded yet: no lineage store at {cfg.home / DB_FILENAME}")
+    try:
+        store = Store.open(url=cfg.database_url, home=cfg.home)
+    except StoreError as e:
+        raise CliError(str(e), EXIT_USAGE) from e
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# run
+
+
+class HashProgress:
+    """`progress(done, total)` for `Roar`: a bar on stderr once hashing has gone on for
+    `delay` seconds, counted from its first report (the recorder reports per batch of files;
+    none at all for quick runs, and none when stderr is not a terminal, where a bar would
+    only litter logs). May be called from any thread; `close` when the run is recorded."""
+
+    def __init__(self, console: Console, delay: float = PROGRESS_DELAY_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.console, self.delay, self.clock = console, delay, clock
+        self._t0: float | None = None
+        self._bar: Progress | None = None
+        self._task: Any = None
+
+    def __call__(self, done: int, total: int) -> None:
+        now = self.clock()
+        if self._t0 is None:
+            self._t0 = now
+        if self._bar is None:
+            if now - self._t0 < self.delay or done >= total or not self.console.is_terminal:
+                return
+            self._bar = Progress(
+                TextColumn("roar-core: hashing"), BarColumn(), MofNCompleteColumn(),
+                TimeElapsedColumn(), console=self.console, transient=True,
+            )
+            self._task = self._bar.add_task("hashing", total=total)
+            self._bar.start()
+        self._bar.update(self._task, completed=done, total=total)
+
+    @property
+    def shown(self) -> bool:
+        return self._bar is not None
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+def _listing(label: str, items: list[tuple[str, str | None]], cwd: Path) -> list[Text]:
+    lines = [Text(f"  {label} ({len(items)})" + (":" if items else ""))]
+    for name, digest in items[:LIST_MAX]:
+        line = Text(f"    {display_path(name, cwd)}  ")
+        line.append(graph_mod.short_digest(digest), style="dim")
+        lines.append(line)
+    if len(items) > LIST_MAX:
+        lines.append(Text(f"    ... and {len(items) - LIST_MAX} more"))
+    return lines
+
+
+def summary_lines(result: RunResult, job: str, cwd: Path | None = None) -> list[Text]:
+    """What `run` says on stderr after the command: job, run id, status, files, problems."""
+    cwd = cwd or Path.cwd()
+    how = how_it_ended(result.returncode)
+    rec = result.recorded
+    if rec is None:
+        return [
+            Text(f"roar-core: {job}: {how}"),
+            Text(f"roar-core: lineage NOT recorded: {result.error}", style="bold red"),
+        ]
+    meta, io = rec.meta, rec.io
+    head = Text("roar-core: ", style="bold")
+    head.append(f"job {meta.job_name}, run {meta.run_id}, {rec.outcome.status} ({how})")
+    lines = [head]
+    if not meta.traced:
+        lines.append(Text(f"roar-core: UNTRACED: {meta.untraced_reason} -- files it read or "
+                          "wrote are missing below", style="bold red"))
+    # record() builds its datasets in the order of io.inputs / io.outputs (then deleted).
+    ins = [(a.name, ds.digest) for a, ds in zip(io.inputs, rec.inputs, strict=False)]
+    outs = [(a.name, ds.digest) for a, ds in zip(io.outputs, rec.outputs, strict=False)]
+    lines += _listing("inputs", ins, cwd) + _listing("outputs", outs, cwd)
+    if io.deleted:
+        lines += _listing("deleted", [(a.name, None) for a in io.deleted], cwd)
+    if rec.outcome.dropped:
+        lines.append(Text(f"roar-core: warning: {rec.outcome.dropped} trace event(s) were lost "
+                          "(unreadable or torn trace logs): the file lists may be incomplete",
+                          style="yellow"))
+    return lines
+
+
+def run_and_record(cfg: config_mod.Config, argv: list[str], job_name: str | None) -> int:
+    """`run --wait`: run, record here, summarise on stderr; returns the command's status."""
+    from roar_core.runner import run_command
+
+    err = stderr_console()
+    progress = HashProgress(err)
+    roar = open_roar(cfg, progress)
+    try:
+        result = run_command(roar, argv, job_name)
+        progress.close()
+        for line in summary_lines(result, job_name or Path(argv[0]).name):
+            err.print(line)
+    finally:
+        progress.close()
+        roar.close(timeout=CLOSE_TIMEOUT_S)
+    return result.returncode
+
+
+# ---------------------------------------------------------------------------------------------
+# show
+
+
+def show_runs(store: Store, limit: int) -> None:
+    runs = store.task_runs(limit=limit)
+    if not runs:
+        click.echo("no task runs recorded yet")
+        return
+    table = Table(box=None, pad_edge=False)
+    for col in ("started", "job", "status", "in", "out", "traced", "run id"):
+        table.add_column(col, no_wrap=True, justify="right" if col in ("in", "out") else "left")
+    for r in runs:
+        roles = [a.role for a in store.accesses_of(r.run_id)]
+        table.add_row(
+            when(r.started_at), Text(r.job_name), Text(status_text(r)),
+            str(roles.count("input")), str(roles.count("output")),
+            "yes" if r.traced else Text("NO", style="bold red"), r.run_id,
+        )
+    print_table(table)
+
+
+def show_run(store: Store, r: TaskRunRecord) -> None:
+    lines = [
+        f"run       {r.run_id}",
+        f"job       {r.job_name}  (engine {r.engine}, namespace {r.namespace})",
+        f"status    {status_text(r)}",
+        f"started   {when(r.started_at)}" + (
+            f"  ({(r.ended_at - r.started_at).total_seconds():.2f} s)" if r.ended_at else ""),
+        f"host      {r.host}, pid {r.pid}",
+        f"command   {shlex.join(r.command) if r.command else '-'}",
+        "traced    yes" if r.traced else f"traced    NO: {r.untraced_reason}",
+    ]
+    if r.dropped_events:
+        lines.append(f"lost      {r.dropped_events} trace event(s): file lists may be incomplete")
+    if r.workflow_run_id:
+        lines.append(f"workflow  {r.workflow_run_id}")
+    if r.error_message and r.status != "COMPLETE":
+        lines.append(f"error     {r.error_message}")
+    lines.append(f"code ({len(r.code)})")
+    lines += [f"  {c.path}  {graph_mod.short_digest(c.digest)}" for c in r.code]
+    accesses = store.accesses_of(r.run_id)
+    for role in ("input", "output", "deleted", "transient"):
+        mine = [a for a in accesses if a.role == role]
+        if not mine and role in ("deleted", "transient"):
+            continue
+        lines.append(f"{role}s ({len(mine)})")
+        lines += [_access_line(a) for a in mine]
+    click.echo("\n".join(lines))
+
+
+def _access_line(a: AccessRecord) -> str:
+    line = f"  {a.uri}"
+    if a.digest:
+        line += f"  {a.digest}  {size_text(a.size)}"
+    if a.role == "input" and a.dataset_name != a.uri:
+        # The join by content hash: this content was written under another name.
+        line += f"  (content of {a.dataset_name})"
+    return line
+
+
+def show_file(key: str, history: list[tuple[AccessRecord, TaskRunRecord]]) -> None:
+    versions: dict[str | None, list[tuple[AccessRecord, TaskRunRecord]]] = {}
+    for a, r in history:
+        versions.setdefault(a.digest, []).append((a, r))
+    lines = [key]
+    for digest, uses in versions.items():
+        size = next((a.size for a, _ in uses if a.size is not None), None)
+        title = digest or "(no content: deleted or transient)"
+        lines.append(f"  version {title}" + (f"  {size_text(size)}" if digest else ""))
+        for a, r in uses:
+            lines.append(f"    {ROLE_VERBS.get(a.role, a.role):<19} {r.job_name}  "
+                         f"{status_text(r)}  {when(r.started_at)}  run {r.run_id}")
+    click.echo("\n".join(lines))
+
+
+# ---------------------------------------------------------------------------------------------
+# lineage and graph
+
+
+def query(cfg: config_mod.Config, arg: str, directions: list[str],
+          depth: int | None) -> LineageGraph:
+    key = lineage_key(arg)
+    with read_store(cfg) as store:
+        graphs = [store.lineage(key, d, depth) for d in directions]  # type: ignore[arg-type]
+    g = graph_mod.merge(graphs)
+    if g.root is None:
+        what = shown(arg) if shown(arg) == key else f"{shown(arg)} ({key})"
+        raise CliError(f"no lineage recorded for {what}")
+    return g
+
+
+def _node_label(g: LineageGraph, node_id: str, cwd: Path) -> str:
+    node = g.runs.get(node_id) or g.artifacts[node_id]
+    if isinstance(node, RunNode):
+        return f"run {node.job_name}  {node.status}  {node.run_id}"
+    return f"{display_path(node.uri, cwd)}  {graph_mod.short_digest(node.digest)}"
+
+
+def tree_lines(g: LineageGraph, cwd: Path | None = None) -> list[str]:
+    """An indented tree from the root: producers under a file and a run's inputs under it
+    (upstream), or readers under a file and a run's outputs under it (downstream). A node
+    reached again is expanded once and marked "(see above)" after that."""
+    cwd = cwd or Path.cwd()
+    if g.root is None:
+        return []
+    children: dict[str, list[str]] = {}
+    for e in g.edges:
+        parent, child = (e.target, e.source) if g.direction == "upstream" else (e.source, e.target)
+        children.setdefault(parent, []).append(child)
+    for kids in children.values():
+        kids.sort(key=lambda n: _node_label(g, n, cwd))
+    lines = [_node_label(g, g.root, cwd)]
+    expanded = {g.root}
+    # Iterative depth-first walk: long pipelines must not hit the recursion limit.
+    top = children.get(g.root, [])
+    stack = [(k, "", i == len(top) - 1) for i, k in enumerate(top)][::-1]
+    while stack:
+        node, prefix, last = stack.pop()
+        branch = "└── " if last else "├── "
+        label = _node_label(g, node, cwd)
+        if node in expanded and children.get(node):
+            lines.append(f"{prefix}{branch}{label}  (see above)")
+            continue
+        expanded.add(node)
+        lines.append(f"{prefix}{branch}{label}")
+        kids = children.get(node, [])
+        inner = prefix + ("    " if last else "│   ")
+        stack.extend((k, inner, i == len(kids) - 1) for i, k in reversed(list(enumerate(kids))))
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# doctor
+
+Check = tuple[str, str, str]  # (what, "ok" | "warn" | "FAIL", detail)
+
+
+def print_checks(checks: list[Check]) -> None:
+    table = Table(box=None, show_header=False, pad_edge=False)
+    table.add_column(no_wrap=True)
+    table.add_column(no_wrap=True)
+    table.add_column()
+    colours = {"ok": "green", "warn": "yellow", "FAIL": "bold red"}
+    for what, status, detail in checks:
+        table.add_row(what, Text(status, style=colours[status]), Text(detail))
+    print_table(table)
+
+
+def check_tracer() -> Check:
+    from roar_core import tracer
+
+    st = tracer.status()
+    return "tracer", "ok" if st.usable else "FAIL", st.reason
+
+
+def check_store(cfg: config_mod.Config) -> Check:
+    where = store_location(cfg)
+    if store_missing(cfg):
+        # Not created by a check: say whether the first run will be able to.
+        d = cfg.home
+        while not d.exists() and d != d.parent:
+            d = d.parent
+        if d.is_dir() and os.access(d, os.W_OK | os.X_OK):
+            return "store", "ok", f"sqlite {where} (not created yet; the first run will)"
+        return "store", "FAIL", f"sqlite {where} cannot be created: {d} is not a writable dir"
+    try:
+        Store.open(url=cfg.database_url, home=cfg.home).close()
+    except StoreError as e:
+        return "store", "FAIL", str(e)
+    return "store", "ok", f"{'sqlite' if cfg.database_url is None else 'database'} {where}"
+
+
+def check_openlineage(cfg: config_mod.Config) -> Check:
+    if not cfg.emit:
+        return "openlineage", "warn", "emission off (emit = false): no events are spooled or sent"
+    try:
+        client = ol_client(cfg)
+    except CliError as e:
+        return "openlineage", "FAIL", str(e)
+    return "openlineage", "ok", describe_transport(client.transport)
+
+
+def describe_transport(transport: Any) -> str:
+    """Which transport the client uses and where it sends, with no credential in it."""
+    kind = getattr(transport, "kind", None) or type(transport).__name__
+    if kind == "http":
+        from urllib.parse import urlsplit, urlunsplit
+
+        parts = urlsplit(str(getattr(transport, "url", "")))
+        netloc = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")  # no user:pw@
+        return f"http transport to {urlunsplit(parts._replace(netloc=netloc, query=''))}"
+    if kind == "file":
+        return f"file transport to {transport.config.log_file_path}"
+    if kind == "composite":
+        inner = ", ".join(describe_transport(t) for t in transport.transports)
+        return f"composite transport: {inner}"
+    if kind == "console":
+        return "console transport (events are logged, not sent anywhere)"
+    if kind == "noop":
+        return "noop transport (OPENLINEAGE_DISABLED): events are dropped"
+    return f"{kind} transport"
+
+
+def check_spool(cfg: config_mod.Config) -> Check:
+    from roar_core.spoolfiles import REJECTED, pending_count
+
+    if not cfg.spool_dir.is_dir():
+        return "spool", "ok", f"empty ({cfg.spool_dir} not created yet)"
+    n = pending_count(cfg.spool_dir)
+    detail = f"{n} event(s) pending in {cfg.spool_dir}"
+    rejected = cfg.spool_dir / REJECTED
+    if rejected.is_file():
+        with open(rejected, "rb") as f:
+            detail += f"; {sum(1 for _ in f)} set aside as undeliverable in {rejected}"
+        return "spool", "warn", detail
+    return "spool", "warn" if n else "ok", detail + (" (roar-core flush sends them)" if n else "")
+
+
+def check_sessions(cfg: config_mod.Config) -> Check:
+    from roar_core import handoff
+
+    waiting = len(handoff.pending(cfg))
+    failed = sorted(cfg.sessions_dir.glob("failed-*")) if cfg.sessions_dir.is_dir() else []
+    detail = f"{waiting} run(s) waiting for the background recorder"
+    if failed:
+        return "recorder", "warn", (f"{detail}; {len(failed)} could not be recorded and are "
+                                    f"kept in {cfg.sessions_dir} (see {cfg.home}/recorder.log)")
+    return "recorder", "ok", detail

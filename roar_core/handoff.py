@@ -1,0 +1,238 @@
+"""Handing a traced command's session to the recorder (the CLI's background queue).
+
+A session directory is the unit of hand-off: `runner.json` is written before the command
+starts, the tracer's logs while it runs, and `task.json` when it has ended.  `roar-core
+run` then starts a detached recorder process (unless one is already draining) and exits
+like its command, so a run costs the command plus a few milliseconds; the recorder does
+the classification, hashing, store and spool.  Any command that reads lineage drains
+pending sessions first, so what it shows is complete.  A session whose runner died
+before writing `task.json` is recorded as ABORT with whatever its logs hold: nothing
+traced is lost.
+
+This module is imported on the `roar-core run` fast path: keep its imports light.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import subprocess
+import sys
+import uuid
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from roar_core.config import Config
+
+RUNNER = "runner.json"
+DONE = "task.json"
+LOCK = ".recorder.lock"
+
+
+@dataclass
+class RunnerInfo:
+    run_id: str
+    job_name: str
+    argv: list[str]
+    cwd: str
+    started_at: str  # ISO-8601 with offset
+    pid: int
+    host: str
+    traced: bool
+    untraced_reason: str | None = None
+
+
+@dataclass
+class TaskDone:
+    ended_at: str
+    returncode: int
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def begin(cfg: Config, argv: list[str], job_name: str, traced: bool,
+          untraced_reason: str | None = None) -> tuple[Path, RunnerInfo]:
+    from roar_core.ids import new_run_id
+
+    info = RunnerInfo(new_run_id(), job_name, list(argv), os.getcwd(), _now(), os.getpid(),
+                      socket.gethostname(), traced, untraced_reason)
+    session = cfg.sessions_dir / f"run-{uuid.uuid4().hex}"
+    session.mkdir(parents=True, exist_ok=True)
+    _write_json(session / RUNNER, asdict(info))
+    return session, info
+
+
+def read_runner(session: Path) -> RunnerInfo:
+    return RunnerInfo(**json.loads((session / RUNNER).read_text()))
+
+
+def end(session: Path, returncode: int) -> None:
+    _write_json(session / DONE, asdict(TaskDone(_now(), returncode)))
+
+
+def _lock(cfg: Config, blocking: bool):
+    cfg.sessions_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(cfg.sessions_dir / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def recorder_running(cfg: Config) -> bool:
+    fd = _lock(cfg, blocking=False)
+    if fd is None:
+        return True
+    os.close(fd)
+    return False
+
+
+def spawn_recorder(cfg: Config) -> None:
+    """Start a detached recorder unless one holds the lock (it re-scans before exiting,
+    so our session will not be missed)."""
+    if recorder_running(cfg):
+        return
+    log = open(cfg.home / "recorder.log", "ab")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("LD_PRELOAD", "ROAR_SESSION_DIR", "ROAR_TASK_TAG")}
+    subprocess.Popen([sys.executable, "-m", "roar_core.handoff", str(cfg.project_root)],
+                     stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+                     cwd=cfg.project_root, start_new_session=True, close_fds=True)
+    log.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def pending(cfg: Config) -> list[Path]:
+    """Sessions ready to record: ended, or orphaned by a runner that died."""
+    if not cfg.sessions_dir.is_dir():
+        return []
+    out = []
+    for d in sorted(cfg.sessions_dir.glob("run-*"), key=lambda p: p.stat().st_mtime_ns):
+        runner = d / RUNNER
+        if (d / DONE).exists():
+            out.append(d)
+        elif runner.exists():
+            try:
+                info = json.loads(runner.read_text())
+            except (OSError, ValueError):
+                continue
+            if info.get("host") == socket.gethostname() and not _alive(int(info["pid"])):
+                out.append(d)
+    return out
+
+
+def _record_session(roar, d: Path):
+    """Record one session through the core (imports the heavy steps lazily)."""
+    import shutil
+
+    from roar_core import tracelog
+    from roar_core.attribution import attribute
+    from roar_core.recorder import TaskMeta, TaskOutcome
+
+    info = read_runner(d)
+    done_path = d / DONE
+    done = TaskDone(**json.loads(done_path.read_text())) if done_path.exists() else None
+    meta = TaskMeta(
+        run_id=info.run_id, engine="cli", namespace=roar.config.namespace,
+        job_name=info.job_name, started_at=datetime.fromisoformat(info.started_at),
+        command=info.argv, host=info.host, pid=info.pid, traced=info.traced,
+        untraced_reason=info.untraced_reason,
+    )
+    trace = tracelog.read_session(d)
+    if info.traced and not trace.logs and not trace.errors:
+        meta.traced = False
+        meta.untraced_reason = (f"{info.argv[0]} left no trace: a static or setuid program, "
+                                "or the loader refused the preload library")
+    for err in trace.errors:
+        print(f"roar-core: warning: {err}", file=sys.stderr)
+    # Every process of the session belongs to the one command that was run.
+    records = sorted((r for t in attribute(trace.logs).values() for r in t.records),
+                     key=lambda r: r.mono_ns)
+    if done is None:
+        outcome = TaskOutcome("ABORT", datetime.now(timezone.utc), None,
+                              "the roar-core runner died before the command ended",
+                              trace.dropped)
+    else:
+        rc = done.returncode
+        error = None
+        if rc < 0:
+            import signal
+
+            error = f"killed by {signal.Signals(-rc).name}"
+        elif rc:
+            error = f"exit code {rc}"
+        outcome = TaskOutcome("COMPLETE" if rc == 0 else "FAIL",
+                              datetime.fromisoformat(done.ended_at), rc, error, trace.dropped)
+    roar.recorder.started(meta)
+    recorded = roar.recorder.record(meta, outcome, records)
+    shutil.rmtree(d, ignore_errors=True)
+    return recorded
+
+
+def drain(roar, blocking: bool = True) -> list:
+    """Record every pending session; returns the RecordedTasks.  With blocking=False,
+    returns [] at once if another recorder is draining."""
+    fd = _lock(roar.config, blocking)
+    if fd is None:
+        return []
+    done = []
+    try:
+        while batch := pending(roar.config):
+            for d in batch:
+                try:
+                    done.append(_record_session(roar, d))
+                except Exception as e:  # keep the session for a later attempt
+                    print(f"roar-core: warning: cannot record {d.name}: "
+                          f"{type(e).__name__}: {e}", file=sys.stderr)
+                    failed = d.with_name("failed-" + d.name)
+                    d.rename(failed)
+    finally:
+        os.close(fd)
+    return done
+
+
+def main() -> None:
+    """The detached recorder: drain, flush the spool briefly, exit."""
+    from roar_core import config
+    from roar_core.api import Roar
+
+    cfg = config.load(cwd=Path(sys.argv[1]) if len(sys.argv) > 1 else None)
+    roar = Roar(cfg)
+    try:
+        # A runner that finished while we held the lock did not start a recorder: look
+        # again after releasing it.
+        while True:
+            drain(roar, blocking=False)
+            if not pending(cfg) or recorder_running(cfg):
+                break
+    finally:
+        roar.close(timeout=5.0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,415 @@
+"""The `roar-core` command line, run for real: the installed console script in subprocesses,
+the real tracer, a real SQLite store and the file transport, each test in its own temp dirs.
+
+One traced pipeline (gen -> transform -> stage, a `cp` to a new path -> report) is made once per
+module and queried by several tests; tests that need a store of their own make one.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import blake3
+import pytest
+from rich.console import Console
+
+from roar_core import cli as cli_mod
+from roar_core import graph as graph_mod
+from roar_core.cli_views import HashProgress, tree_lines
+from roar_core.lineage import ArtifactNode, Edge, LineageGraph, RunNode
+
+ROAR = shutil.which("roar-core", path=str(Path(sys.executable).parent)) or shutil.which("roar-core")
+SVG_NS = "{http://www.w3.org/2000/svg}"
+JOBS = {"gen", "transform", "stage", "report"}
+
+
+def _env(home: Path) -> dict[str, str]:
+    # Nothing of the caller's roar or OpenLineage setup (CI exports ROAR_TEST_*; a developer
+    # may have OPENLINEAGE_URL set): the embedded defaults, with the home in the test's tmp.
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("ROAR_", "OPENLINEAGE_")) and k != "LD_PRELOAD"}
+    env["ROAR_HOME"] = str(home)
+    return env
+
+
+@dataclass
+class Cli:
+    cwd: Path
+    env: dict[str, str]
+    steps: dict[str, subprocess.CompletedProcess] = field(default_factory=dict)
+
+    def __call__(self, *args: str | bytes, env: dict[str, str] | None = None,
+                 timeout: float = 60) -> subprocess.CompletedProcess:
+        assert ROAR, "the roar-core console script is not installed next to this Python"
+        return subprocess.run([ROAR, *args], cwd=self.cwd, env=env or self.env,
+                              capture_output=True, timeout=timeout)
+
+    def ok(self, *args: str | bytes) -> str:
+        proc = self(*args)
+        assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+        return proc.stdout.decode()
+
+
+def make_cli(root: Path) -> Cli:
+    work = root / "work"
+    work.mkdir(parents=True)
+    return Cli(work, _env(root / "home"))
+
+
+def one_error_line(proc: subprocess.CompletedProcess) -> str:
+    """stderr must be exactly one `roar-core: error: ...` line, with no traceback."""
+    lines = proc.stderr.decode().splitlines()
+    assert len(lines) == 1, proc.stderr.decode()
+    assert lines[0].startswith("roar-core: error: "), lines[0]
+    return lines[0]
+
+
+def b3(path: Path) -> str:
+    return "blake3:" + blake3.blake3(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Cli:
+    cli = make_cli(tmp_path_factory.mktemp("pipeline"))
+    (cli.cwd / "staged").mkdir()
+    steps = {
+        "gen": ["bash", "-c", "seq 1 200 > raw.csv"],
+        "transform": ["bash", "-c", "sort -rn raw.csv > clean.csv"],
+        "stage": ["cp", "clean.csv", "staged/clean.csv"],
+        "report": ["bash", "-c", "wc -l < staged/clean.csv > report.txt"],
+    }
+    for job, argv in steps.items():
+        proc = cli("run", "--wait", "--job", job, "--", *argv)
+        assert proc.returncode == 0, proc.stderr.decode()
+        cli.steps[job] = proc
+    return cli
+
+
+# ---- the pipeline ---------------------------------------------------------------------------
+
+
+def test_lineage_json_follows_the_whole_chain_across_the_copy(pipeline: Cli) -> None:
+    work = pipeline.cwd
+    g = json.loads(pipeline.ok("lineage", "report.txt", "--json"))
+    assert g["direction"] == "upstream"
+    assert sorted(r["job_name"] for r in g["runs"]) == sorted(JOBS)
+    artifacts = {(a["uri"], a["digest"]) for a in g["artifacts"]}
+    # The first file, by content hash, and the copy's source and target with the same content.
+    assert (str(work / "raw.csv"), b3(work / "raw.csv")) in artifacts
+    assert (str(work / "clean.csv"), b3(work / "clean.csv")) in artifacts
+    assert (str(work / "staged" / "clean.csv"), b3(work / "clean.csv")) in artifacts
+    assert g["root"] == f"artifact:{b3(work / 'report.txt')}:{work / 'report.txt'}"
+    # Edge by edge: each run reads what the previous one wrote.
+    run_of = {r["job_name"]: r["id"] for r in g["runs"]}
+    file_of = {a["uri"]: a["id"] for a in g["artifacts"]}
+    edges = {(e["source"], e["target"], e["kind"]) for e in g["edges"]}
+    chain = ["gen", "raw.csv", "transform", "clean.csv", "stage", "staged/clean.csv", "report",
+             "report.txt"]
+    ids = [run_of.get(n) or file_of[str(work / n)] for n in chain]
+    expected = {(a, b, "output" if a.startswith("run:") else "input")
+                for a, b in zip(ids, ids[1:], strict=False)}
+    assert edges == expected
+
+
+def test_lineage_text_depth_and_digest_keys(pipeline: Cli) -> None:
+    work = pipeline.cwd
+    text = pipeline.ok("lineage", "report.txt")
+    for job in JOBS:
+        assert f"run {job}  COMPLETE" in text
+    assert "staged/clean.csv  blake3:" in text and "raw.csv  blake3:" in text
+    shallow = json.loads(pipeline.ok("lineage", "report.txt", "--depth", "1", "--json"))
+    assert [r["job_name"] for r in shallow["runs"]] == ["report"]
+    # A digest names the content wherever it lives: everything made from raw.csv's content.
+    down = json.loads(pipeline.ok("lineage", b3(work / "raw.csv"), "--downstream", "--json"))
+    assert sorted(r["job_name"] for r in down["runs"]) == ["report", "stage", "transform"]
+
+
+def test_run_summary_on_stderr_and_show(pipeline: Cli) -> None:
+    work = pipeline.cwd
+    summary = pipeline.steps["transform"].stderr.decode()
+    assert pipeline.steps["transform"].stdout == b""
+    raw_short = b3(work / "raw.csv")[: len("blake3:") + graph_mod.SHORT_DIGEST]
+    assert "job transform, run " in summary and "COMPLETE (exit 0)" in summary
+    assert "inputs (1):" in summary and f"raw.csv  {raw_short}" in summary
+    assert "outputs (1):" in summary and "clean.csv  blake3:" in summary
+
+    listing = pipeline.ok("show")
+    rows = listing.splitlines()[1:]
+    assert len(rows) == 4 and {row.split()[2] for row in rows} == JOBS
+    run_id = next(row.split()[-1] for row in rows if row.split()[2] == "stage")
+    one = pipeline.ok("show", run_id)
+    assert f"run       {run_id}" in one and "command   cp clean.csv staged/clean.csv" in one
+    assert f"{work / 'clean.csv'}  {b3(work / 'clean.csv')}" in one
+    assert f"{work / 'staged' / 'clean.csv'}  {b3(work / 'clean.csv')}" in one
+
+    versions = pipeline.ok("show", "staged/clean.csv")
+    assert versions.splitlines()[0] == str(work / "staged" / "clean.csv")
+    assert re.search(r"written by\s+stage\s", versions)
+    assert re.search(r"read by\s+report\s", versions)
+
+
+def test_graph_in_three_formats(pipeline: Cli) -> None:
+    g = json.loads(pipeline.ok("lineage", "report.txt", "--json"))
+    n_runs, n_files, n_edges = len(g["runs"]), len(g["artifacts"]), len(g["edges"])
+
+    dot = pipeline.ok("graph", "report.txt", "--format", "dot")
+    assert dot.startswith("digraph lineage {\n") and dot.endswith("}\n")
+    assert len(re.findall(r'^  "run:[^"]+" \[shape=box', dot, re.M)) == n_runs
+    assert len(re.findall(r'^  "artifact:[^"]+" \[shape=ellipse', dot, re.M)) == n_files
+    assert len(re.findall(r'^  "[^"]+" -> "[^"]+";$', dot, re.M)) == n_edges
+    if shutil.which("dot"):  # Graphviz itself, where installed, must accept it
+        subprocess.run(["dot", "-Tsvg"], input=dot.encode(), check=True, capture_output=True)
+
+    out = pipeline.cwd / "g.svg"
+    pipeline.ok("graph", "report.txt", "--format", "svg", "-o", str(out))
+    root = ET.parse(out).getroot()  # well-formed XML, or this raises
+    assert root.tag == f"{SVG_NS}svg"
+    groups = [el.get("class") for el in root.iter(f"{SVG_NS}g")]
+    assert groups.count("node run") == n_runs and groups.count("node file") == n_files
+    assert len([p for p in root.iter(f"{SVG_NS}path") if "edge" in (p.get("class") or "")]) \
+        == n_edges
+
+    page = pipeline.ok("graph", "report.txt", "--format", "html")
+    assert page.startswith("<!DOCTYPE html>")
+    svg = page[page.index("<svg") : page.index("</svg>") + len("</svg>")]
+    assert ET.fromstring(svg).tag == f"{SVG_NS}svg"
+    for r in g["runs"]:
+        assert r["run_id"] in page
+    for a in g["artifacts"]:
+        assert a["digest"] in page
+
+
+def test_doctor_and_module_entry_point(pipeline: Cli) -> None:
+    proc = subprocess.run([sys.executable, "-m", "roar_core", "doctor"], cwd=pipeline.cwd,
+                          env=pipeline.env, capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
+    status = {line.split()[0]: line.split()[1] for line in proc.stdout.decode().splitlines()}
+    assert status == {"tracer": "ok", "config": "ok", "store": "ok", "openlineage": "ok",
+                      "spool": "ok", "recorder": "ok"}
+    # The file transport of the embedded defaults got START and COMPLETE of every run.
+    events = Path(pipeline.env["ROAR_HOME"]) / "openlineage" / "events.jsonl"
+    kinds = [json.loads(line)["eventType"] for line in events.read_text().splitlines()]
+    assert sorted(kinds) == ["COMPLETE"] * 4 + ["START"] * 4
+
+
+# ---- exit codes, signals, output --------------------------------------------------------------
+
+
+def test_exit_codes_signals_and_output_pass_through(tmp_path: Path) -> None:
+    cli = make_cli(tmp_path)
+    proc = cli("run", "--wait", "--", "bash", "-c", "printf 'out\\n'; printf 'err\\n' >&2; exit 3")
+    assert proc.returncode == 3
+    assert proc.stdout == b"out\n"  # untouched: our summary is on stderr
+    assert proc.stderr.startswith(b"err\n") and b"FAIL (exit 3)" in proc.stderr
+
+    proc = cli("run", "--wait", "--", "bash", "-c", "kill -TERM $$")
+    assert proc.returncode == -signal.SIGTERM
+    assert b"killed by SIGTERM" in proc.stderr
+
+    proc = cli("run", "--wait", "--", "no-such-program-roar-test")
+    assert proc.returncode == 127 and b"No such file or directory" in proc.stderr
+
+    listing = cli.ok("show")
+    assert "FAIL (killed by SIGTERM)" in listing and "FAIL (exit 3)" in listing
+
+
+def test_untraced_runs_say_so_and_the_kill_switch_records_nothing(tmp_path: Path) -> None:
+    cli = make_cli(tmp_path)
+    proc = cli("run", "--wait", "--", "touch", "a", env={**cli.env, "ROAR_DISABLE": "1"})
+    assert proc.returncode == 0 and (cli.cwd / "a").exists()
+    assert b"roar-core: UNTRACED: ROAR_DISABLE is set" in proc.stderr
+    assert re.search(r"touch\s+COMPLETE \(exit 0\)\s+0\s+0\s+NO\s", cli.ok("show"))
+    home = tmp_path / "off"
+    proc = cli("run", "--wait", "--", "touch", "b", env={**cli.env, "ROAR_DISABLED": "1",
+                                              "ROAR_HOME": str(home)})
+    assert proc.returncode == 0 and (cli.cwd / "b").exists() and not home.exists()
+    assert b"recording nothing" in proc.stderr
+
+
+@pytest.mark.skipif(not Path("/sbin/ldconfig").is_file(), reason="needs /sbin/ldconfig")
+def test_static_program_makes_the_run_untraced(tmp_path: Path) -> None:
+    cli = make_cli(tmp_path)  # Debian's ldconfig is statically linked: no LD_PRELOAD there
+    proc = cli("run", "--wait", "--", "bash", "-c", "/sbin/ldconfig -p > /dev/null; echo x > f")
+    assert proc.returncode == 0
+    err = proc.stderr.decode()
+    assert "UNTRACED: ran programs the preload tracer cannot see: /sbin/ldconfig" in err
+    assert "outputs (1):\n    f  blake3:" in err  # what the traced part did is still there
+
+
+def test_postgres_store_and_redacted_urls(tmp_path: Path, postgres_schema_url: str) -> None:
+    cli = make_cli(tmp_path)
+    env = {**cli.env, "ROAR_DATABASE_URL": postgres_schema_url}
+    proc = cli("run", "--wait", "--job", "pg", "--", "bash", "-c", "echo x > f.txt", env=env)
+    assert proc.returncode == 0, proc.stderr.decode()
+    g = json.loads(cli("lineage", "f.txt", "--json", env=env).stdout)
+    assert [r["job_name"] for r in g["runs"]] == ["pg"]
+    assert not (Path(cli.env["ROAR_HOME"]) / "lineage.db").exists()  # nothing went to SQLite
+    # A password never reaches the screen, even when the server cannot be reached.
+    bad = {**cli.env, "ROAR_DATABASE_URL": "postgresql://u:s3cret@127.0.0.1:9/db"}
+    doctor = cli("doctor", env=bad)
+    assert doctor.returncode == 1 and b"u:***@127.0.0.1:9/db" in doctor.stdout
+    proc = cli("run", "--wait", "--", "touch", "never", env=bad)
+    assert proc.returncode == 2 and "u:***@" in one_error_line(proc)
+    assert b"s3cret" not in doctor.stdout + doctor.stderr + proc.stderr
+    assert not (cli.cwd / "never").exists()
+
+
+def test_no_wait_hands_off_and_readers_wait_for_the_recorder(tmp_path: Path) -> None:
+    cli = make_cli(tmp_path)
+    for job, script in (("one", "seq 3 > a"), ("two", "cat a > b")):
+        proc = cli("run", "--job", job, "--", "bash", "-c", script)
+        assert proc.returncode == 0 and b"recording in the background" in proc.stderr
+    proc = cli("run", "--", "bash", "-c", "exit 4")
+    assert proc.returncode == 4
+    # No sleep: lineage drains whatever the background recorder has not done yet.
+    g = json.loads(cli.ok("lineage", "b", "--json"))
+    assert sorted(r["job_name"] for r in g["runs"]) == ["one", "two"]
+    assert "FAIL (exit 4)" in cli.ok("show")
+
+
+# ---- bad input ------------------------------------------------------------------------------
+
+
+def test_unknown_config_key_is_named_and_nothing_runs(tmp_path: Path) -> None:
+    cli = make_cli(tmp_path)
+    (cli.cwd / ".roar").mkdir()
+    (cli.cwd / ".roar" / "config.toml").write_text('namespce = "typo"\n')
+    proc = cli("run", "--wait", "--", "touch", "marker")
+    assert proc.returncode == 2
+    assert "unknown key 'namespce'" in one_error_line(proc)
+    assert not (cli.cwd / "marker").exists()
+
+
+def test_unwritable_store_fails_before_running(tmp_path: Path) -> None:
+    cli = make_cli(tmp_path)
+    # We may be root, who can write anywhere: a path under a regular file is never writable.
+    (tmp_path / "a-file").write_text("")
+    env = {**cli.env, "ROAR_HOME": str(tmp_path / "a-file" / "home")}
+    proc = cli("run", "--wait", "--", "touch", "marker", env=env)
+    assert proc.returncode == 2
+    line = one_error_line(proc)
+    assert str(tmp_path / "a-file" / "home") in line and "not run" in line
+    assert not (cli.cwd / "marker").exists()
+    doctor = cli("doctor", env=env)
+    assert doctor.returncode == 1 and re.search(rb"^store\s+FAIL", doctor.stdout, re.M)
+
+
+def test_unknown_path_or_run_is_one_line(pipeline: Cli, tmp_path: Path) -> None:
+    proc = pipeline("lineage", "never-made.txt")
+    assert proc.returncode == 1
+    assert "no lineage recorded for never-made.txt" in one_error_line(proc)
+    proc = pipeline("show", "01234567-89ab-cdef-0123-456789abcdef")
+    assert proc.returncode == 1 and "no task run or file" in one_error_line(proc)
+    # No store at all yet.
+    proc = make_cli(tmp_path)("lineage", "x")
+    assert proc.returncode == 1 and "nothing recorded yet" in one_error_line(proc)
+    # ROAR_DEBUG=1 is the way to a traceback.
+    proc = pipeline("lineage", "never-made.txt", env={**pipeline.env, "ROAR_DEBUG": "1"})
+    assert proc.returncode == 1 and b"Traceback" in proc.stderr
+
+
+def test_non_utf8_file_name(tmp_path: Path) -> None:
+    cli = make_cli(tmp_path)
+    proc = cli("run", "--wait", "--job", "odd", "--", "bash", "-c", "printf x > $'\\xff'.txt")
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert (cli.cwd / os.fsdecode(b"\xff.txt")).is_file()
+    assert b"\\xff.txt  blake3:" in proc.stderr  # the summary escapes the byte
+    run_id = cli.ok("show").splitlines()[1].split()[-1]
+    assert f"{cli.cwd}/\\xff.txt  blake3:" in cli.ok("show", run_id)
+    versions = cli.ok("show", b"\xff.txt")  # the path as the user's shell would pass it
+    assert re.search(r"written by\s+odd\s", versions)
+    g = json.loads(cli.ok("lineage", b"\xff.txt", "--json"))
+    assert [r["job_name"] for r in g["runs"]] == ["odd"]
+
+
+def test_corrupt_session_log_is_not_fatal(tmp_path: Path) -> None:
+    cli = make_cli(tmp_path)
+    # The traced command itself drops a broken log into its session directory.
+    script = 'printf junk > "$ROAR_SESSION_DIR/roar-1-1.log"; echo data > out.txt'
+    proc = cli("run", "--wait", "--job", "corrupt", "--", "bash", "-c", script)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert b"1 trace event(s) were lost" in proc.stderr
+    run_id = cli.ok("show").splitlines()[1].split()[-1]
+    shown = cli.ok("show", run_id)
+    assert "lost      1 trace event(s)" in shown and f"{cli.cwd / 'out.txt'}  blake3:" in shown
+
+
+def test_flush_sends_the_backlog(tmp_path: Path) -> None:
+    cli = make_cli(tmp_path)
+    # Nothing listens on the discard port of loopback: the run's events stay spooled.
+    down = {**cli.env, "OPENLINEAGE_URL": "http://127.0.0.1:9"}
+    proc = cli("run", "--wait", "--", "true", env=down)
+    assert proc.returncode == 0, proc.stderr.decode()
+    proc = cli("flush", "--timeout", "0.5", env=down)
+    assert proc.returncode == 1 and proc.stdout == b"sent 0, pending 2\n"
+    # The spool's own warning says why (one line), then ours says what is left.
+    *why, last = proc.stderr.decode().splitlines()
+    assert len(why) == 1 and "unreachable" in why[0] and "Connection refused" in why[0]
+    assert last.startswith("roar-core: error: 2 event(s) not delivered")
+    # Back on the embedded file transport, the backlog goes out in order.
+    assert cli.ok("flush") == "sent 2, pending 0\n"
+    events = Path(cli.env["ROAR_HOME"]) / "openlineage" / "events.jsonl"
+    kinds = [json.loads(line)["eventType"] for line in events.read_text().splitlines()]
+    assert kinds == ["START", "COMPLETE"]
+
+
+# ---- in-process pieces ----------------------------------------------------------------------
+
+
+def test_hash_progress_bar_appears_only_after_the_delay() -> None:
+    now = [100.0]
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=100)
+    bar = HashProgress(console, delay=1.0, clock=lambda: now[0])
+    bar(10, 1000)
+    now[0] += 0.5
+    bar(20, 1000)
+    assert not bar.shown and out.getvalue() == ""
+    now[0] += 0.6
+    bar(500, 1000)
+    assert bar.shown
+    bar.close()
+    assert "roar-core: hashing" in out.getvalue() and "500/1000" in out.getvalue()
+    # Not on a terminal: never a bar, whatever the time.
+    quiet = HashProgress(Console(file=io.StringIO()), delay=0.0, clock=lambda: now[0])
+    quiet(1, 10)
+    assert not quiet.shown
+
+
+def _graph_with_cycle() -> LineageGraph:
+    t = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    g = LineageGraph("/d/in", "downstream")
+    a = g.add_artifact(ArtifactNode("/d/in", "blake3:" + "a" * 64))
+    b = g.add_artifact(ArtifactNode("/e/in", "blake3:" + "b" * 64))
+    r1 = g.add_run(RunNode("00000000-0000-7000-8000-000000000001", "touch", "COMPLETE", t))
+    r2 = g.add_run(RunNode("00000000-0000-7000-8000-000000000002", "cat", "FAIL", t))
+    g.root = a
+    # r1 reads and rewrites the same version of /d/in: a cycle a -> r1 -> a.
+    g.edges |= {Edge(a, r1, "input"), Edge(r1, a, "output"), Edge(a, r2, "input"),
+                Edge(r2, b, "output")}
+    return g
+
+
+def test_layout_and_tree_survive_cycles_and_name_clashes() -> None:
+    assert cli_mod.GRAPH_FORMATS == tuple(sorted(graph_mod.FORMATS))  # kept apart on purpose
+    g = _graph_with_cycle()
+    lay = graph_mod.layout(g)
+    assert set(lay.boxes) == set(g.artifacts) | set(g.runs)
+    # Both files are named "in": their parent directory tells them apart.
+    assert graph_mod.short_names({"/d/in", "/e/in", "/d/x"}) == {
+        "/d/in": "d/in", "/e/in": "e/in", "/d/x": "x"}
+    ET.fromstring(graph_mod.to_svg(g))
+    lines = tree_lines(g, cwd=Path("/"))
+    assert lines[0] == "d/in  blake3:aaaaaaaaaaaa" and len(lines) == 5
+    assert any("(see above)" in line for line in lines)
