@@ -1,0 +1,135 @@
+"""The whole core on real traced commands: what lands in the store and in the events the
+file transport wrote (each validated against the official OpenLineage schemas)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import blake3
+import pytest
+
+from roar_core import config
+from roar_core.api import Roar
+from roar_core.runner import run_command
+from tests.olschema import validate_event
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    for k in list(__import__("os").environ):
+        if k.startswith("OPENLINEAGE"):
+            monkeypatch.delenv(k)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".roar").mkdir()
+    roar = Roar(config.load(cwd=tmp_path, env={}))
+    yield tmp_path, roar
+    roar.close()
+
+
+def events(home: Path) -> list[dict]:
+    lines = (home / "openlineage" / "events.jsonl").read_text().splitlines()
+    out = [json.loads(line) for line in lines if line.strip()]
+    for e in out:
+        validate_event(e)
+    return out
+
+
+def b3(data: bytes) -> str:
+    return blake3.blake3(data).hexdigest()
+
+
+def complete_of(evs: list[dict], run_id: str) -> dict:
+    (e,) = [e for e in evs if e["run"]["runId"] == run_id and e["eventType"] != "START"]
+    return e
+
+
+def test_pipeline_events_validate_and_carry_digests(project):
+    root, roar = project
+    r1 = run_command(roar, ["bash", "-c", "printf 'a,b\\n1,2\\n' > raw.csv"], "gen")
+    r2 = run_command(roar, ["bash", "-c", "tr a-z A-Z < raw.csv > clean.csv"], "transform")
+    roar.spool.flush(10)
+    evs = events(roar.config.home)
+    for r in (r1, r2):
+        kinds = [e["eventType"] for e in evs if e["run"]["runId"] == r.recorded.meta.run_id]
+        assert kinds == ["START", "COMPLETE"]
+    done = complete_of(evs, r2.recorded.meta.run_id)
+    (inp,) = done["inputs"]
+    (out,) = done["outputs"]
+    assert inp["name"] == str(root / "raw.csv") and inp["namespace"] == "file"
+    assert inp["facets"]["version"]["datasetVersion"] == "blake3:" + b3(b"a,b\n1,2\n")
+    assert out["facets"]["contentHash"]["digest"] == b3(b"A,B\n1,2\n")
+    assert out["facets"]["contentHash"]["size"] == 8
+    assert done["run"]["facets"]["roar_task"]["traced"] is True
+
+
+def test_read_modify_write_input_is_the_previous_version(project):
+    root, roar = project
+    r1 = run_command(roar, ["bash", "-c", "echo 41 > counter"], "init")
+    bump = "f=open('counter','r+'); n=int(f.read()); f.seek(0); f.write(str(n+1)); f.close()"
+    r2 = run_command(roar, ["python3", "-c", bump], "bump")
+    roar.spool.flush(10)
+    (first,) = r1.recorded.outputs
+    done = complete_of(events(roar.config.home), r2.recorded.meta.run_id)
+    (inp,) = done["inputs"]
+    (out,) = done["outputs"]
+    assert inp["facets"]["version"]["datasetVersion"] == "blake3:" + first.digest
+    assert first.digest == b3(b"41\n")
+    assert out["facets"]["version"]["datasetVersion"] == "blake3:" + b3(b"42\n")
+    assert out["facets"]["lifecycleStateChange"]["lifecycleStateChange"] == "OVERWRITE"
+
+
+def test_copy_outside_roar_joins_by_content_hash(project):
+    root, roar = project
+    run_command(roar, ["bash", "-c", "echo payload > a.txt"], "make")
+    subprocess.run(["cp", "a.txt", "b.txt"], check=True)  # untraced: roar never saw it
+    r = run_command(roar, ["bash", "-c", "wc -c < b.txt > n.txt"], "count")
+    roar.spool.flush(10)
+    done = complete_of(events(roar.config.home), r.recorded.meta.run_id)
+    (inp,) = done["inputs"]
+    # Published under the producer's identity, with the path actually read as a symlink.
+    assert inp["name"] == str(root / "a.txt")
+    ids = inp["facets"]["symlinks"]["identifiers"]
+    assert [(i["namespace"], i["name"]) for i in ids] == [("file", str(root / "b.txt"))]
+    graph = roar.store.lineage(str(root / "n.txt")).to_dict()
+    assert {n["job_name"] for n in graph["runs"]} == {"count", "make"}
+
+
+def test_failing_command_emits_fail_with_partial_lineage(project):
+    root, roar = project
+    r = run_command(roar, ["bash", "-c", "echo half > part.txt; exit 3"], "broken")
+    assert r.returncode == 3
+    roar.spool.flush(10)
+    done = complete_of(events(roar.config.home), r.recorded.meta.run_id)
+    assert done["eventType"] == "FAIL"
+    assert done["run"]["facets"]["errorMessage"]["message"] == "exit code 3"
+    assert [o["name"] for o in done["outputs"]] == [str(root / "part.txt")]
+    assert roar.store.task_run(r.recorded.meta.run_id).status == "FAIL"
+
+
+def test_static_program_makes_the_lineage_say_untraced(project, tmp_path):
+    src = tmp_path / "s.c"
+    src.write_text("#include <stdio.h>\nint main(void){FILE*f=fopen(\"out\",\"w\");"
+                   "fputs(\"x\",f);return 0;}\n")
+    exe = tmp_path / "static-prog"
+    if subprocess.run(["cc", "-static", "-o", str(exe), str(src)]).returncode:
+        pytest.skip("no static libc here")
+    root, roar = project
+    r = run_command(roar, ["bash", "-c", f"{exe}"], "opaque")
+    roar.spool.flush(10)
+    done = complete_of(events(roar.config.home), r.recorded.meta.run_id)
+    facet = done["run"]["facets"]["roar_task"]
+    assert facet["traced"] is False and str(exe) in facet["untracedReason"]
+    assert roar.store.task_run(r.recorded.meta.run_id).traced is False
+
+
+def test_secrets_in_argv_never_leave_in_events(project):
+    root, roar = project
+    run_command(roar, ["bash", "-c", "true", "x", "--password", "hunter2",
+                       "API_TOKEN=s3cr3t", "https://bob:pw123@example.org/x"], "secretive")
+    roar.spool.flush(10)
+    text = (roar.config.home / "openlineage" / "events.jsonl").read_text()
+    for secret in ("hunter2", "s3cr3t", "pw123"):
+        assert secret not in text
+    assert "secretive" in text
