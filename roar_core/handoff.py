@@ -104,17 +104,23 @@ def recorder_running(cfg: Config) -> bool:
 
 
 def spawn_recorder(cfg: Config) -> None:
-    """Start a detached recorder unless one holds the lock (it re-scans before exiting,
-    so our session will not be missed)."""
-    if recorder_running(cfg):
+    """Start a detached recorder unless one is running.  The lock is taken here and its fd
+    handed to the recorder, so there is no moment at which a second one could start (a
+    recorder re-scans before it exits, so a session that ends meanwhile is not missed)."""
+    fd = _lock(cfg, blocking=False)
+    if fd is None:
         return
-    log = open(cfg.home / "recorder.log", "ab")
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("LD_PRELOAD", "ROAR_SESSION_DIR", "ROAR_TASK_TAG")}
-    subprocess.Popen([sys.executable, "-m", "roar_core.handoff", str(cfg.project_root)],
-                     stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
-                     cwd=cfg.project_root, start_new_session=True, close_fds=True)
-    log.close()
+    try:
+        log = open(cfg.home / "recorder.log", "ab")
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("LD_PRELOAD", "ROAR_SESSION_DIR", "ROAR_TASK_TAG")}
+        subprocess.Popen([sys.executable, "-m", "roar_core.handoff", str(cfg.project_root),
+                          str(fd)],
+                         stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+                         cwd=cfg.project_root, start_new_session=True, pass_fds=(fd,))
+        log.close()
+    finally:
+        os.close(fd)  # the recorder's copy of the descriptor keeps the lock
 
 
 def _alive(pid: int) -> bool:
@@ -194,10 +200,11 @@ def _record_session(roar, d: Path):
     return recorded
 
 
-def drain(roar, blocking: bool = True) -> list:
+def drain(roar, blocking: bool = True, locked_fd: int | None = None) -> list:
     """Record every pending session; returns the RecordedTasks.  With blocking=False,
-    returns [] at once if another recorder is draining."""
-    fd = _lock(roar.config, blocking)
+    returns [] at once if another recorder is draining.  `locked_fd`: the lock is already
+    held through this descriptor (handed over by spawn_recorder); it is released here."""
+    fd = locked_fd if locked_fd is not None else _lock(roar.config, blocking)
     if fd is None:
         return []
     done = []
@@ -222,14 +229,14 @@ def main() -> None:
     from roar_core.api import Roar
 
     cfg = config.load(cwd=Path(sys.argv[1]) if len(sys.argv) > 1 else None)
+    fd = int(sys.argv[2]) if len(sys.argv) > 2 else None
     roar = Roar(cfg)
     try:
+        drain(roar, locked_fd=fd) if fd is not None else drain(roar, blocking=False)
         # A runner that finished while we held the lock did not start a recorder: look
         # again after releasing it.
-        while True:
-            drain(roar, blocking=False)
-            if not pending(cfg) or recorder_running(cfg):
-                break
+        while pending(cfg) and drain(roar, blocking=False):
+            pass
     finally:
         roar.close(timeout=5.0)
 
