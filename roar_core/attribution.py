@@ -2,7 +2,14 @@
 
 A record's own tag wins (the shim stamps the thread's task, or the process fallback).
 An untagged record belongs to the task that created its process: the tag on the
-fork/spawn/exec record that made that pid, else the creator's creator, and so on.
+fork/spawn/exec record that made that pid, else the creator's creator, and so on.  A
+process started where the shim cannot see the spawn (glibc's system() and popen() spawn
+internally) and without a tag in its environment belongs to the task that was active in
+its parent when it started, if exactly one was: the shim's own fallback rule, applied
+after the fact from the parent's task_begin/task_end records.
+
+`Context` keeps what one batch of records says about processes and task windows, so that
+incremental reads (a worker's live log, a child's log read later) are attributed alike.
 """
 
 from __future__ import annotations
@@ -28,36 +35,61 @@ class TaskEvents:
         self.records.sort(key=lambda r: r.mono_ns)
 
 
-def _creators(logs: Iterable[TraceLog]) -> tuple[dict[int, str | None], dict[int, int]]:
-    """pid -> tag on the record that created it, and pid -> parent pid."""
-    created_by: dict[int, str | None] = {}
-    parent: dict[int, int] = {}
-    for log in logs:
-        parent.setdefault(log.header.pid, log.header.ppid)
-        for r in log.records:
-            if r.op_name in ("fork", "spawn") and r.result > 0:
-                created_by.setdefault(r.result, r.tag)
-                parent.setdefault(r.result, r.pid)
-            elif r.op_name == "exec" and r.tag is not None:
-                # The pid keeps its identity across exec: the exec'ing task owns it.
-                created_by.setdefault(r.pid, r.tag)
-    return created_by, parent
+@dataclass
+class Context:
+    created_by: dict[int, str | None] = field(default_factory=dict)  # pid -> creator's tag
+    parent: dict[int, int] = field(default_factory=dict)  # pid -> parent pid
+    marks: dict[int, list[Record]] = field(default_factory=lambda: defaultdict(list))
 
+    def learn(self, logs: Iterable[TraceLog]) -> None:
+        for log in logs:
+            self.parent.setdefault(log.header.pid, log.header.ppid)
+            for r in log.records:
+                op = r.op_name
+                if op in ("fork", "spawn") and r.result > 0:
+                    self.created_by.setdefault(r.result, r.tag)
+                    self.parent.setdefault(r.result, r.pid)
+                elif op == "exec" and r.tag is not None:
+                    # The pid keeps its identity across exec: the exec'ing task owns it.
+                    self.created_by.setdefault(r.pid, r.tag)
+                elif op in ("task_begin", "task_end"):
+                    self.marks[r.pid].append(r)
 
-def attribute(logs: list[TraceLog], only: set[str] | None = None) -> dict[str, TaskEvents]:
-    """Group the records of a session by task tag.  Records nobody can claim go under
-    UNATTRIBUTED.  With `only`, other tasks' records are skipped early."""
-    created_by, parent = _creators(logs)
-
-    def inherited(pid: int) -> str | None:
+    def inherited(self, pid: int) -> str | None:
         seen = set()
         while pid and pid not in seen:
             seen.add(pid)
-            tag = created_by.get(pid)
+            tag = self.created_by.get(pid)
             if tag:
                 return tag
-            pid = parent.get(pid, 0)
+            pid = self.parent.get(pid, 0)
         return None
+
+    def active_in(self, pid: int, at_ns: int) -> str | None:
+        """The one task active in process `pid` at time `at_ns`, if exactly one was."""
+        active: dict[int, str | None] = {}
+        for r in sorted(self.marks.get(pid, ()), key=lambda r: r.mono_ns):
+            if r.mono_ns > at_ns:
+                break
+            if r.op_name == "task_begin":
+                active[r.tid] = r.tag
+            else:
+                active.pop(r.tid, None)
+        tags = set(active.values())
+        return tags.pop() if len(tags) == 1 else None
+
+    def owner(self, log: TraceLog) -> str | None:
+        h = log.header
+        return self.inherited(h.pid) or self.active_in(h.ppid, h.start_mono_ns)
+
+
+def attribute(logs: list[TraceLog], only: set[str] | None = None,
+              context: Context | None = None) -> dict[str, TaskEvents]:
+    """Group the records of a session by task tag.  Records nobody can claim go under
+    UNATTRIBUTED.  With `only`, other tasks' records are skipped early; pass the same
+    `context` to successive calls over a growing session."""
+    ctx = context if context is not None else Context()
+    ctx.learn(logs)
 
     tasks: dict[str, TaskEvents] = defaultdict(lambda: TaskEvents(UNATTRIBUTED))
     for log in logs:
@@ -68,7 +100,7 @@ def attribute(logs: list[TraceLog], only: set[str] | None = None) -> dict[str, T
             tag = r.tag
             if tag is None:
                 if not fallback_done:
-                    fallback, fallback_done = inherited(log.header.pid), True
+                    fallback, fallback_done = ctx.owner(log), True
                 tag = fallback
             key = tag or UNATTRIBUTED
             if only is not None and key not in only:
