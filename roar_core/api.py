@@ -24,16 +24,16 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 
 from roar_core import config as config_mod
-from roar_core import emission
+from roar_core import emission, tracer
 from roar_core.classification import PathFilter
+from roar_core.declared import Declared
 from roar_core.hashing import Hasher, StatCache
 from roar_core.recorder import RecordedTask, Recorder, TaskMeta, TaskOutcome, now
 from roar_core.session import SessionCollector
 from roar_core.spool import Spool
-from roar_core.store import Store, WorkflowRun
+from roar_core.store import Store, StoreError, WorkflowRun
 from roar_core.tracelog import Record
 
 log = logging.getLogger("roar")
@@ -57,8 +57,10 @@ def default_client(cfg: config_mod.Config):
     from openlineage.client import OpenLineageClient
     from openlineage.client.transport.file import FileConfig, FileTransport
 
+    # The client's own search (OPENLINEAGE_CONFIG, ./openlineage.yml,
+    # ~/.openlineage/openlineage.yml) decides whether a config file exists.
     configured = any(k.startswith("OPENLINEAGE_") and k != "OPENLINEAGE_NAMESPACE"
-                     for k in os.environ) or Path("openlineage.yml").exists()
+                     for k in os.environ) or OpenLineageClient._find_yaml_config_path()
     if configured:
         return OpenLineageClient()
     out = cfg.home / "openlineage" / "events.jsonl"
@@ -74,7 +76,10 @@ class Roar:
                  max_pending: int = 256, use_mmap: bool = True):
         self.config = cfg or config_mod.load()
         c = self.config
-        c.home.mkdir(parents=True, exist_ok=True)
+        try:
+            c.home.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StoreError(f"cannot create roar home {c.home}: {e.strerror or e}") from None
         self.store = Store.open(url=c.database_url, home=c.home)
         self.spool = Spool(c.spool_dir, client=client or default_client(c)) if c.emit else None
         self.cache = StatCache(c.statcache_path)
@@ -116,14 +121,20 @@ class Roar:
                    parent_run_id: str | None = None, command: list[str] | None = None,
                    pid: int | None = None, node_id: str | None = None, traced: bool = True,
                    untraced_reason: str | None = None, run_id: str | None = None,
-                   run_facets: dict | None = None) -> TaskMeta:
+                   run_facets: dict | None = None,
+                   declared: Declared | None = None,
+                   engine_version: emission.Engine | None = None) -> TaskMeta:
+        """`declared`: the files the engine declared for the task; the recorder compares
+        them with the trace (the `roar_io` facet) and adds declared code and engine-made
+        outputs."""
         meta = TaskMeta(
             run_id=run_id or emission.new_run_id(), engine=engine,
             namespace=self.config.namespace, job_name=job_name, started_at=now(),
             engine_task_id=engine_task_id, attempt=attempt, workflow=workflow,
             parent_run_id=parent_run_id, command=command, host=self.host,
             pid=pid or os.getpid(), node_id=node_id, traced=traced,
-            untraced_reason=untraced_reason, run_facets=run_facets or {},
+            untraced_reason=untraced_reason, run_facets=run_facets or {}, declared=declared,
+            engine_version=engine_version,
         )
         if not traced:
             log.warning("roar: task %s runs UNTRACED: %s", job_name, untraced_reason)
@@ -158,6 +169,7 @@ class Roar:
                 self._thread.start()
 
     def _work(self) -> None:
+        tracer.ignore_this_thread()  # recording is not the I/O of a task running meanwhile
         while True:
             job = self._queue.get()
             try:

@@ -30,8 +30,10 @@ SYSTEM_PREFIXES = (
     b"/usr/", b"/lib/", b"/lib64/", b"/lib32/", b"/bin/", b"/sbin/", b"/etc/", b"/proc/",
     b"/sys/", b"/dev/", b"/run/", b"/var/lib/", b"/var/cache/", b"/snap/", b"/nix/store/",
 )
+# Package metadata too: importlib.metadata reads every installed distribution's (an
+# editable install's lives next to its sources, outside site-packages).
 CACHE_PARTS = (b"/__pycache__/", b"/.cache/", b"/.git/", b"/.ipython/", b"/.ruff_cache/",
-               b"/.pytest_cache/", b"/.mypy_cache/")
+               b"/.pytest_cache/", b"/.mypy_cache/", b".egg-info/", b".dist-info/")
 CACHE_SUFFIXES = (b".pyc", b".pyo")
 CODE_SUFFIXES = (b".py", b".sh", b".bash", b".r", b".R", b".pl", b".rb", b".jl", b".js",
                  b".smk", b".ipynb", b".Rmd")
@@ -155,10 +157,13 @@ def _stat_of(r: Record) -> FileState | None:
     return FileState(r.st_dev, r.st_ino, r.st_size, r.st_mtime_ns, r.st_ctime_ns)
 
 
-def classify(records: Iterable[Record], keep: PathFilter) -> TaskIO:
+def classify(records: Iterable[Record], keep: PathFilter,
+             code: Iterable[bytes] = ()) -> TaskIO:
     """Classify one task's records (time-ordered).  Looks at the file system once at the
-    end (existence, final stat), so call it right after the task ends."""
+    end (existence, final stat), so call it right after the task ends.  `code`: resolved
+    paths the engine names as the task's code (read, they are code, not inputs)."""
     resolve = _Resolver()
+    code_paths = frozenset(code)
     states: dict[bytes, _State] = {}
     io = TaskIO()
 
@@ -248,6 +253,11 @@ def classify(records: Iterable[Record], keep: PathFilter) -> TaskIO:
                 if s.existed is None:
                     s.existed = True
                 s.written, s.removed = True, False
+        elif op in ("mkdir", "rmdir"):
+            # A directory, even when it is gone by the end (a temp dir removed with
+            # shutil.rmtree, which opens it without O_DIRECTORY): never a file.
+            if got := state(r.path, r.mono_ns):
+                got[1].directory = True
 
     for path, s in states.items():
         if s.directory or not keep.keep(path):
@@ -274,7 +284,7 @@ def classify(records: Iterable[Record], keep: PathFilter) -> TaskIO:
         if is_input:
             # Code is what the task runs, not what it processes: scripts it read and
             # never wrote go to the job's code facet.
-            if path.endswith(CODE_SUFFIXES) and not s.written:
+            if (path.endswith(CODE_SUFFIXES) or path in code_paths) and not s.written:
                 io.code.append(access("code"))
                 continue
             io.inputs.append(access("input"))

@@ -6,6 +6,7 @@
     roar-core graph PATH --format html|svg|dot [-o FILE]
     roar-core flush [--timeout S]            send the OpenLineage spool backlog
     roar-core doctor                         is everything needed here working?
+    roar-core env ray|airflow                shell exports that attach roar to those workers
 
 Errors are one line, `roar-core: error: ...`, with exit code 2 for usage and configuration
 (including a store the configuration points at that cannot be opened) and 1 otherwise;
@@ -210,6 +211,28 @@ def flush(timeout: float) -> None:
     click.echo(f"sent {result.sent}, pending {result.pending}")
     if result.pending:
         raise CliError(f"{result.pending} event(s) not delivered; they stay in {cfg.spool_dir}")
+
+
+# Engines whose long-lived workers are started with the tracer attached: the module that
+# knows which environment variables their launchers need.
+ENGINE_ENV = {"ray": "roar_ray", "airflow": "roar_airflow"}
+
+
+@cli.command()
+@click.argument("engine", type=click.Choice(sorted(ENGINE_ENV)))
+def env(engine: str) -> None:
+    """Print the shell exports that attach roar to ENGINE's workers.
+
+    Use before starting them, e.g. `eval "$(roar-core env ray)"` before `ray start`.
+    """
+    import importlib
+
+    try:
+        module = importlib.import_module(ENGINE_ENV[engine])
+    except ImportError as e:
+        raise CliError(f"roar's {engine} integration needs {engine}: "
+                       f'pip install "roar-core[{engine}]" ({e})', EXIT_USAGE) from e
+    click.echo(module.shell_exports(), nl=False)
 
 
 @cli.command()

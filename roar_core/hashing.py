@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from blake3 import blake3
 
+from . import tracer
 from .statcache import FileState, StatCache, reset_after_fork
 
 __all__ = ["BIG_FILE", "FileState", "HashResult", "Hasher", "StatCache", "blake3_file"]
@@ -288,7 +289,9 @@ class Hasher:
     def _get_pool(self) -> ThreadPoolExecutor:
         with self._pool_lock:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="roar-hash")
+                # In a traced worker, hashing must not count as the running task's reads.
+                self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="roar-hash",
+                                                initializer=tracer.ignore_this_thread)
             return self._pool
 
     def close(self) -> None:

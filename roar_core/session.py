@@ -36,8 +36,19 @@ class SessionCollector:
     """Incremental reader of a session's logs.  Logs of processes still running are read
     up to their last committed record; the rest is picked up by the next collect()."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, root_pid: int | None = None,
+                 since_mono_ns: int | None = None):
+        """`root_pid`: read only the logs of that process and its descendants (a worker
+        sharing the directory with other workers reads its own tree, not theirs).
+        `since_mono_ns` (CLOCK_MONOTONIC, with root_pid): the tree's processes started after
+        that moment, so older logs other than root_pid's own are skipped by name, unopened
+        (a long-lived session holds a log for every task process ever forked)."""
         self.directory = Path(directory)
+        self._tree: set[int] | None = None if root_pid is None else {root_pid}
+        self._root_pid = root_pid
+        self._since = since_mono_ns
+        self._others: dict[Path, tracelog.LogHeader] = {}  # logs outside the tree so far
+        self._mine: set[Path] = set()
         self._offsets: dict[Path, int] = {}
         self._headers: dict[Path, tracelog.LogHeader] = {}
         self._pending: dict[str, list[tracelog.Record]] = defaultdict(list)
@@ -55,10 +66,39 @@ class SessionCollector:
             return True
         return True
 
+    def _in_tree(self, paths: list[Path]) -> list[Path]:
+        """The logs of processes in our tree.  A log is ours when its process or its parent
+        is; a parent's log may appear after its child's (a forked process creates its log
+        at its first record), so logs not ours yet are kept and looked at again."""
+        tree = self._tree
+        assert tree is not None
+        for path in paths:
+            if path not in self._mine and path not in self._others:
+                try:
+                    self._others[path] = tracelog.read_header(path)
+                except tracelog.TraceLogError:
+                    continue  # being created: its header is not written yet
+        grew = True
+        while grew:
+            grew = False
+            for path, head in list(self._others.items()):
+                if head.pid in tree or head.ppid in tree:
+                    tree.add(head.pid)
+                    del self._others[path]
+                    self._mine.add(path)
+                    self._headers[path] = head  # a dead process's log is read as final
+                    grew = True
+        return [p for p in paths if p in self._mine]
+
     def collect(self) -> None:
         with self._lock:
             logs = []
-            for path in tracelog.log_files(self.directory):
+            paths = tracelog.log_files(self.directory)
+            if self._tree is not None:
+                if self._since is not None:
+                    paths = [p for p in paths if _started_since(p, self._root_pid, self._since)]
+                paths = self._in_tree(paths)
+            for path in paths:
                 start = self._offsets.get(path, 0)
                 try:
                     head = self._headers.get(path)
@@ -77,6 +117,18 @@ class SessionCollector:
                 self._pending[tag].extend(events.records)
                 self._dropped[tag] += events.dropped
 
+    def skip(self, path: str | os.PathLike, offset: int) -> None:
+        """Start reading `path` at `offset`: a position in a live log taken before a task
+        began, so what precedes it cannot be that task's (a long-lived process's log is
+        not re-read from the start for each of its tasks)."""
+        with self._lock:
+            p = Path(path)
+            self._offsets[p] = max(self._offsets.get(p, 0), offset)
+
+    def owned(self) -> list[Path]:
+        """With a root pid: the logs of its tree found so far."""
+        return sorted(self._mine)
+
     def take(self, tag: str) -> TaskEvents:
         with self._lock:
             t = TaskEvents(tag, self._pending.pop(tag, []))
@@ -84,6 +136,15 @@ class SessionCollector:
         t.pids = {r.pid for r in t.records}
         t.sort()
         return t
+
+
+def _started_since(path: Path, pid: int | None, since_mono_ns: int) -> bool:
+    """From the log's name (roar-<pid>-<mono_ns>.log): pid's own log, or one created since."""
+    parts = path.stem.split("-")
+    try:
+        return int(parts[1]) == pid or int(parts[2]) >= since_mono_ns
+    except (IndexError, ValueError):
+        return True  # not our naming: let the header decide
 
 
 def _forward_signals(proc: subprocess.Popen) -> dict[int, object]:

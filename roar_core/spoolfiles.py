@@ -64,6 +64,8 @@ class SegmentWriter:
         self.path: Path | None = None
         self._size = 0
         self._last_t = 0
+        self._deferred = 0  # open sync_once() blocks
+        self._dirty = False  # written since the last fdatasync
 
     def write(self, event_json: bytes) -> None:
         """Append one record durably; raises OSError (and seals the segment) on failure."""
@@ -78,7 +80,9 @@ class SegmentWriter:
                     self._open()
                 assert self._fd is not None
                 _write_all(self._fd, line)
-                if self._fsync:
+                if self._fsync and self._deferred:
+                    self._dirty = True
+                elif self._fsync:
                     os.fdatasync(self._fd)
                 self._size += len(line)
             except OSError:
@@ -90,6 +94,19 @@ class SegmentWriter:
     def seal(self) -> None:
         with self._lock:
             self._seal()
+
+    def defer_sync(self) -> None:
+        """Until the matching `sync_deferred`, records are written without an fdatasync each."""
+        with self._lock:
+            self._deferred += 1
+
+    def sync_deferred(self) -> None:
+        """One fdatasync for everything written since `defer_sync` (raises OSError)."""
+        with self._lock:
+            self._deferred -= 1
+            if not self._deferred and self._dirty and self._fd is not None:
+                self._dirty = False
+                os.fdatasync(self._fd)
 
     def forget(self) -> None:
         """In a forked child: drop the parent's segment without touching the parent's lock."""
@@ -122,6 +139,12 @@ class SegmentWriter:
 
     def _seal(self) -> None:
         if self._fd is not None:
+            if self._dirty:
+                self._dirty = False
+                try:
+                    os.fdatasync(self._fd)
+                except OSError:
+                    pass  # sealed anyway; the next segment starts clean
             os.close(self._fd)  # drops the flock: the segment is sealed
         self._fd, self.path, self._size = None, None, 0
 

@@ -218,6 +218,16 @@ def read_log(path: str | os.PathLike, start: int = 0, final: bool = True) -> Tra
         raise TraceLogError(f"{path}: cannot read trace log ({e.strerror or e})") from None
 
 
+def read_header(path: str | os.PathLike) -> LogHeader:
+    """Only the header of a log (which process wrote it), without mapping the records."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            return _header(f.read(_HEADER.size), path)
+    except OSError as e:
+        raise TraceLogError(f"{path}: cannot read trace log ({e.strerror or e})") from None
+
+
 def log_files(session_dir: str | os.PathLike) -> list[Path]:
     """The logs of a session, in creation order (pid then monotonic start)."""
     d = Path(session_dir)

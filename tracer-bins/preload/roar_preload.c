@@ -1734,6 +1734,14 @@ EXPORT int roar_task_end(void) {
     return 0;
 }
 
+/* The calling thread is roar's own (recording, hashing, sending lineage): from now on
+ * its file operations are not recorded, so a task running meanwhile in the same process
+ * (whose tag is the process fallback) is never charged with them. */
+EXPORT int roar_thread_ignore(void) {
+    t_busy++;
+    return 0;
+}
+
 /* The process's own tag, used by threads outside any task (NULL clears it). */
 EXPORT int roar_process_tag(const char *tag) {
     if (tag && cstrlen(tag) > ROAR_MAX_TAG) return -1;

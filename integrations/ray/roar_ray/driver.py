@@ -1,0 +1,231 @@
+"""The driver side: the Ray job's run, and the end of the job's lineage.
+
+`runtime_env_hook` is Ray's RAY_RUNTIME_ENV_HOOK (exported by `roar-core env ray`): when
+`ray.init(runtime_env=...)` has a `"roar"` field it resolves the configuration, starts the
+job's run, passes the job context to every worker through `env_vars` (which task- and
+actor-level runtime_envs inherit), installs the worker setup hook on every node -- so that
+a node without the plugin says so instead of running the job untraced in silence -- and
+registers the plugin for a local cluster that this `ray.init` is about to start.
+
+`finish` ends the job's lineage: each node drains its workers' pending recordings and
+recovers what dead workers left (a small task pinned to each node), then the job's run
+ends.  It runs at exit by itself, before Ray's own shutdown; tests and notebooks call it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import shutil
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from roar_core import config, journal
+from roar_core.api import Roar
+from roar_core.emission import RunRef
+from roar_ray import _env, recorder
+
+log = logging.getLogger("roar.ray")
+
+_jobs: list[DriverJob] = []
+_lock = threading.Lock()
+_atexit_registered = False
+_failed = False
+
+
+def runtime_env_hook(runtime_env: dict | None) -> dict | None:
+    """RAY_RUNTIME_ENV_HOOK: called by ray.init with the job's runtime_env."""
+    following = os.environ.get(_env.NEXT_ENV_HOOK_VAR)
+    if following:
+        from ray._common.utils import load_class
+
+        runtime_env = load_class(following)(runtime_env)
+    if not runtime_env or "roar" not in runtime_env:
+        return runtime_env
+    settings = _env.check_settings(runtime_env["roar"])
+    cfg = config.load(**{k: v for k, v in settings.items() if k not in _env.RAY_KEYS})
+    if cfg.disabled:
+        log.warning("roar: disabled by its configuration: this Ray job is not traced")
+        return runtime_env
+    _register_plugin_for_local_cluster()
+    job = DriverJob.start(cfg, settings)
+    env_vars = dict(runtime_env.get("env_vars") or {})
+    env_vars[_env.JOB_VAR] = json.dumps(job.context, separators=(",", ":"))
+    user_hook = runtime_env.get("worker_process_setup_hook")
+    if callable(user_hook):
+        runtime_env["worker_process_setup_hook"] = _chained(user_hook)
+    else:
+        if user_hook:
+            env_vars[_env.USER_HOOK_VAR] = user_hook
+        runtime_env["worker_process_setup_hook"] = _env.WORKER_HOOK
+    env_vars[_env.HOOKED_VAR] = "1"
+    runtime_env["env_vars"] = env_vars
+    return runtime_env
+
+
+def _chained(user_hook):
+    """The user's callable setup hook, with ours first (Ray pickles this closure)."""
+
+    def roar_then_user_setup_hook():
+        from roar_ray import worker
+
+        worker.setup()
+        user_hook()
+
+    roar_then_user_setup_hook.__name__ = f"roar+{getattr(user_hook, '__name__', 'hook')}"
+    return roar_then_user_setup_hook
+
+
+def _register_plugin_for_local_cluster() -> None:
+    """A local cluster started by this ray.init inherits our environment: register the
+    plugin there (an existing cluster's nodes must have been started with it)."""
+    current = os.environ.get(_env.RAY_PLUGINS_VAR)
+    value = _env.plugins_value(current)
+    if value != current:
+        os.environ[_env.RAY_PLUGINS_VAR] = value
+
+
+def _driver_name() -> str:
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None) or (sys.argv[0] if sys.argv else "")
+    stem = Path(path).stem if path and path not in ("-c", "-m") else ""
+    return stem or "ray-job"
+
+
+class DriverJob:
+    def __init__(self, roar: Roar, run: RunRef, context: dict[str, Any]):
+        self.roar, self.run, self.context = roar, run, context
+        self.root = roar.config.sessions_dir / f"ray-{run.run_id}"
+
+    @classmethod
+    def start(cls, cfg: config.Config, settings: dict[str, Any]) -> DriverJob:
+        global _atexit_registered
+        roar = Roar(cfg)
+        name = settings.get("job_name") or _driver_name()
+        run = roar.start_workflow(name, engine="ray")
+        context = {"run_id": run.run_id, "job_name": name, "namespace": run.namespace,
+                   "config": _env.config_values(cfg), "root": str(cfg.project_root)}
+        job = cls(roar, run, context)
+        with _lock:
+            _jobs.append(job)
+            if not _atexit_registered:
+                # Registered after Ray's own atexit shutdown, so it runs before it.
+                atexit.register(_at_exit)
+                _watch_failures()
+                _atexit_registered = True
+        return job
+
+    def finish(self, status: str, timeout: float, shutdown: bool) -> None:
+        deadline = time.monotonic() + timeout
+        ending = shutdown and status == "COMPLETE"
+        try:
+            self._drain_nodes(timeout, ending)
+        except Exception as e:
+            log.warning("roar: could not drain the nodes' pending lineage: %s", e)
+        if shutdown:
+            import ray
+
+            if ray.is_initialized():
+                ray.shutdown()
+            # The workers are going: the recorders of this host's nodes (the others' are
+            # out of reach) record what they left, actors' runs included.
+            for node_dir in self._node_dirs():
+                if ending:
+                    (node_dir / recorder.ENDING).touch()
+                recorder.wait_gone(node_dir, min(deadline, time.monotonic() + 30))
+        lifetime = "COMPLETE" if status == "COMPLETE" else "ABORT"
+        for node_dir in self._node_dirs():
+            if not recorder.running(node_dir):
+                # No recorder there (it failed, or this host's node is gone): do its part.
+                try:
+                    journal.recover(self.roar, node_dir, lifetime_status=lifetime)
+                except Exception as e:
+                    log.warning("roar: could not recover dead workers' tasks in %s: %s",
+                                node_dir, e)
+        self._warn_untraced()
+        self.roar.finish_workflow(self.run, status)
+        self.roar.close()
+        if shutdown and not any(journal.journal_paths(d) or recorder.running(d)
+                                for d in self._node_dirs()):
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def _node_dirs(self) -> list[Path]:
+        try:
+            return sorted(p for p in self.root.iterdir() if p.is_dir())
+        except OSError:
+            return []
+
+    def _drain_nodes(self, timeout: float, ending: bool) -> None:
+        """Each alive node waits until its recorder has caught up with the tasks that ended
+        and with dead workers; runs as a zero-CPU task pinned to the node."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        if not ray.is_initialized():
+            return
+        drain = ray.remote(num_cpus=0, max_retries=0)(recorder.drain_node)
+        refs = [drain.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+                    n["NodeID"], soft=False)).remote(str(self.root), timeout, ending)
+                for n in ray.nodes() if n.get("Alive")]
+        ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout + 30)
+        for ref in ready:
+            try:
+                result = ray.get(ref)
+            except Exception as e:
+                log.warning("roar: draining a node failed: %s", e)
+                continue
+            if not result.get("done"):
+                log.warning("roar: node %s had not recorded all its tasks after %.0f s",
+                            result["node"], timeout)
+        if pending:
+            log.warning("roar: %d node(s) did not answer the lineage drain", len(pending))
+        from ray.experimental.internal_kv import _internal_kv_del
+
+        # The parent links of nested tasks (see worker.py) are no longer needed.
+        _internal_kv_del(f"{self.run.run_id}:", del_by_prefix=True,
+                         namespace=_env.KV_NAMESPACE)
+
+    def _warn_untraced(self) -> None:
+        runs = self.roar.store.task_runs(self.run.run_id, limit=100_000)
+        reasons = Counter(r.untraced_reason or "?" for r in runs if not r.traced)
+        for reason, n in reasons.items():
+            print(f"roar: WARNING: {n} task(s) of Ray job {self.run.job_name} ran UNTRACED "
+                  f"(their file I/O is not in the lineage): {reason}", file=sys.stderr,
+                  flush=True)
+
+
+def finish(status: str | None = None, *, timeout: float = 120.0, shutdown: bool = False) -> None:
+    """End the lineage of the Ray jobs this driver started: every node records what its
+    workers ran, what dead workers left is recovered (ABORT, with their partial lineage),
+    and the job's run ends (COMPLETE, or FAIL after an uncaught exception).  Runs at exit
+    by itself; call it to have the lineage complete sooner.  `shutdown`: also shut Ray
+    down first, so that actors' runs end too."""
+    with _lock:
+        jobs, _jobs[:] = list(_jobs), []
+    for job in jobs:
+        try:
+            job.finish(status or ("FAIL" if _failed else "COMPLETE"), timeout, shutdown)
+        except Exception as e:  # lineage must never fail the user's program
+            print(f"roar: ERROR: could not finish the lineage of Ray job "
+                  f"{job.run.job_name}: {type(e).__name__}: {e}", file=sys.stderr)
+
+
+def _at_exit() -> None:
+    finish(shutdown=True)
+
+
+def _watch_failures() -> None:
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        global _failed
+        _failed = True
+        previous(kind, value, tb)
+
+    sys.excepthook = hook

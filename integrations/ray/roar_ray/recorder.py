@@ -1,0 +1,171 @@
+"""The node's recorder: one process per node and job, following the workers' task journals
+(roar_core.journal.Follower) and recording every task -- classification, hashing, store,
+spool -- off the workers.
+
+A worker that finds none running starts it (`ensure`); a lock in the node's session
+directory keeps it to one.  It runs at the lowest CPU priority (the tasks come first; the
+end-of-job drain waits for it to catch up), outside any task and untraced, and exits once
+every worker of the directory is gone and all they ran is recorded.
+
+    python -m roar_ray.recorder NODE_SESSION_DIR [INTERNAL_DIR...]
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from roar_core import journal
+
+LOCK = "recorder.lock"
+ENDING = "job-ending"  # written at the end of the job: actors dying now simply ended
+LOG = "recorder.log"
+STATUS = "recorder.status"  # when the last completed pass began (time.time())
+IDLE_EXIT_S = 5.0  # with every journal done: how long to wait for a new worker first
+_SPAWN_LOCK = threading.Lock()
+
+
+def running(node_dir: Path) -> bool:
+    try:
+        fd = os.open(node_dir / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # releases the lock if we got it
+    return False
+
+
+def ensure(node_dir: Path, internal: list[str]) -> None:
+    """Start the node's recorder unless one runs (a second one exits at once)."""
+    if running(node_dir):
+        return
+    with _SPAWN_LOCK:
+        # From a thread the tracer ignores: the shim then leaves the child's environment
+        # alone (no LD_PRELOAD put back), so the recorder is not traced.
+        t = threading.Thread(target=_spawn, args=(node_dir, internal), name="roar-spawn")
+        t.start()
+        t.join()
+
+
+def _spawn(node_dir: Path, internal: list[str]) -> None:
+    from roar_core import tracer
+
+    tracer.ignore_this_thread()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("LD_PRELOAD", tracer.ENV_SESSION, tracer.ENV_TAG)}
+    env[tracer.ENV_DISABLE] = "1"  # should the shim come back anyway, it records nothing
+    # Through a shell that backgrounds it and exits: the recorder is nobody's child then,
+    # in a session of its own, so Ray's clean-up of a dying worker's children and process
+    # group leaves it alone (it has the job's dead workers to record).
+    script = '"$@" </dev/null >/dev/null 2>>"$0" &'
+    subprocess.run(["/bin/sh", "-c", script, str(node_dir / LOG), sys.executable, "-m",
+                    "roar_ray.recorder", str(node_dir), *internal],
+                   env=env, stdin=subprocess.DEVNULL, start_new_session=True, check=False)
+
+
+def status_time(node_dir: Path) -> float:
+    """When the recorder's last completed pass began (0: none yet)."""
+    try:
+        return float((node_dir / STATUS).read_text())
+    except (OSError, ValueError):
+        return 0.0
+
+
+def wait_recorded(node_dir: Path, deadline: float) -> bool:
+    """Wait until everything the workers there journaled so far is recorded: a recorder
+    pass that began after now has completed (a pass records all it reads).  False at the
+    deadline."""
+    since = time.time()
+    while time.monotonic() < deadline:
+        if status_time(node_dir) > since or not journal.journal_paths(node_dir):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def wait_gone(node_dir: Path, deadline: float) -> bool:
+    """After the job: wait until the recorder has recorded what the dead workers left and
+    exited."""
+    while time.monotonic() < deadline:
+        if not running(node_dir) or not journal.journal_paths(node_dir):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def drain_node(session_root: str, timeout: float, ending: bool = False) -> dict[str, Any]:
+    """On one node: wait until its recorder has recorded what the job's workers there ran
+    and what dead ones left.  Runs as a task of the job, not itself traced (worker.py)."""
+    import ray
+
+    node = ray.get_runtime_context().get_node_id()
+    node_dir = Path(session_root) / node
+    done = True
+    if journal.journal_paths(node_dir):
+        gw = ray._private.worker.global_worker
+        ensure(node_dir, [gw.node.get_temp_dir_path()] if gw.node else [])
+        done = wait_recorded(node_dir, time.monotonic() + timeout)
+    if ending:
+        (node_dir / ENDING).touch()
+    return {"node": node, "done": done}
+
+
+def main(argv: list[str]) -> int:
+    node_dir = Path(argv[0])
+    lock = os.open(node_dir / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return 0  # another one follows this directory
+    try:  # nice 19, not SCHED_IDLE: busy nodes must not starve lineage forever
+        os.setpriority(os.PRIO_PROCESS, 0, 19)
+    except OSError:
+        pass
+    import json
+    import logging
+
+    from roar_core.api import Roar
+    from roar_core.journal import Follower, journal_paths
+    from roar_ray import _env
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
+    job = _env.job_context(os.environ)
+    raw = os.environ.get(_env.SETTINGS_VAR)
+    cfg = _env.load_config(_env.check_settings(json.loads(raw) if raw else None), job)
+    roar = Roar(cfg, internal=argv[1:])
+    ending = node_dir / ENDING
+    follower = Follower(roar, node_dir, lifetime_status=lambda: (
+        "COMPLETE" if ending.exists() else "ABORT"))
+    idle_since = time.monotonic()
+    status, status_tmp = node_dir / STATUS, node_dir / (STATUS + ".tmp")
+    try:
+        while True:
+            began = time.time()
+            recorded = follower.poll()
+            status_tmp.write_text(repr(began))
+            os.replace(status_tmp, status)
+            if recorded:
+                idle_since = time.monotonic()
+                continue
+            if not follower.pending() and not journal_paths(node_dir):
+                if ending.exists() or time.monotonic() - idle_since > IDLE_EXIT_S:
+                    return 0
+            else:
+                idle_since = time.monotonic()
+            time.sleep(0.05)
+    finally:
+        roar.close(timeout=30)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,169 @@
+"""Task journals: a traced worker journals its tasks, a follower in another process records
+them, and what a killed worker left is recorded as ABORT with its partial lineage."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import blake3
+import pytest
+
+from roar_core import config, journal, tracer
+from roar_core.api import Roar
+from roar_core.session import SessionCollector
+
+pytestmark = pytest.mark.skipif(not tracer.status().usable, reason=tracer.status().reason)
+
+# A long-lived "worker": runs the tasks it is told on stdin, one line each.
+WORKER = textwrap.dedent('''
+    import os, sys, subprocess
+    from datetime import datetime, timezone
+    from roar_core import tracer
+    from roar_core.journal import Journal
+    shim = tracer.loaded()
+    j = Journal(os.environ["ROAR_SESSION_DIR"])
+    print("ready", flush=True)
+    for n, line in enumerate(sys.stdin):
+        cmd, *args = line.split()
+        run_id = f"0190a000-0000-7000-8000-{n:012d}"
+        j.begun({"run_id": run_id, "engine": "test", "namespace": "ns",
+                 "job_name": f"w.{cmd}", "engine_task_id": str(n), "attempt": 0,
+                 "parent_run_id": None, "command": None, "host": os.uname().nodename,
+                 "pid": os.getpid(), "node_id": None, "traced": True,
+                 "untraced_reason": None, "workflow": None, "engine_version": None,
+                 "started_at": datetime.now(timezone.utc).isoformat()},
+                lifetime=cmd == "actor")
+        shim.begin(run_id)
+        if cmd == "copy":
+            with open(args[0]) as f, open(args[1], "w") as g:
+                g.write(f.read())
+        elif cmd == "cp":
+            subprocess.run(["cp", *args], check=True)
+        elif cmd in ("die", "actor"):
+            with open(args[0]) as f, open(args[1], "w") as g:
+                g.write(f.read()[:2])
+            if cmd == "die":
+                os.kill(os.getpid(), 9)
+        shim.end()
+        if cmd != "actor":
+            j.ended(run_id, "COMPLETE")
+        print("done", flush=True)
+''')
+
+
+def _digest(p: Path) -> str:
+    return "blake3:" + blake3.blake3(p.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def roar(tmp_path):
+    r = Roar(config.load(cwd=tmp_path, env={}, home=str(tmp_path / "home")))
+    yield r
+    r.close()
+
+
+def _worker(session: Path) -> subprocess.Popen:
+    p = subprocess.Popen([sys.executable, "-c", WORKER], env=tracer.preload_env(session),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline() == "ready\n"
+    return p
+
+
+def _do(p: subprocess.Popen, line: str) -> str:
+    p.stdin.write(line + "\n")
+    p.stdin.flush()
+    return p.stdout.readline()
+
+
+def _io(roar, run_id):
+    acc = roar.store.accesses_of(run_id)
+    return ({a.uri: a.digest for a in acc if a.role == "input"},
+            {a.uri: a.digest for a in acc if a.role == "output"})
+
+
+def test_follower_records_a_live_worker_and_what_a_killed_one_left(tmp_path, roar):
+    session = tmp_path / "session"
+    session.mkdir()
+    src, a, b, part = (tmp_path / n for n in ("src", "a", "b", "part"))
+    src.write_text("hello world\n")
+    follower = journal.Follower(roar, session)
+    w = _worker(session)
+    try:
+        assert _do(w, f"copy {src} {a}") == "done\n"
+        assert _do(w, f"cp {a} {b}") == "done\n"
+        assert follower.poll() == 2
+        assert follower.pending() == 1  # the worker lives on
+        runs = {r.job_name: r for r in roar.store.task_runs(None)}
+        assert runs["w.copy"].status == runs["w.cp"].status == "COMPLETE"
+        assert _io(roar, runs["w.copy"].run_id) == ({str(src): _digest(src)},
+                                                   {str(a): _digest(a)})
+        # The subprocess's I/O is its task's.
+        assert _io(roar, runs["w.cp"].run_id) == ({str(a): _digest(a)}, {str(b): _digest(b)})
+        assert follower.poll() == 0  # nothing twice
+        assert _do(w, f"die {src} {part}") == ""  # SIGKILL mid-task
+    finally:
+        w.kill()
+        w.wait()
+    assert follower.poll() == 1
+    (dead,) = [r for r in roar.store.task_runs(None) if r.job_name == "w.die"]
+    assert dead.status == "ABORT" and "died while it ran" in dead.error_message
+    assert _io(roar, dead.run_id) == ({str(src): _digest(src)}, {str(part): _digest(part)})
+    assert follower.pending() == 0
+    assert not list(session.iterdir())  # journal and tracer logs recorded, then removed
+
+
+def test_recover_without_a_follower_and_lifetime_tasks(tmp_path, roar):
+    session = tmp_path / "session"
+    session.mkdir()
+    src, out = tmp_path / "src", tmp_path / "out"
+    src.write_text("data\n")
+    w = _worker(session)
+    _do(w, f"actor {src} {out}")  # begun, never ended: lasts as long as its process
+    assert journal.recover(roar, session) == 0  # alive: left alone
+    w.kill()
+    w.wait()
+    assert journal.recover(roar, session, lifetime_status="COMPLETE") == 1
+    (run,) = roar.store.task_runs(None)
+    assert run.status == "COMPLETE" and _io(roar, run.run_id)[1] == {str(out): _digest(out)}
+    assert journal.recover(roar, session) == 0
+
+
+def test_journal_lines_are_read_incrementally(tmp_path):
+    j = journal.Journal(tmp_path)
+    f = journal.JournalFile.open(j.path)
+    assert f.pid == os.getpid() and f.entries == {}
+    meta = {"run_id": "r1", "engine": "e", "namespace": "n", "job_name": "j",
+            "started_at": "2026-01-01T00:00:00+00:00", "workflow": {
+                "namespace": "n", "job_name": "wf", "run_id": "w1"}}
+    j.begun(meta)
+    with open(j.path, "a") as fh:
+        fh.write('{"e": "r1", "s": "COMP')  # a line still being written
+    assert [e.meta.run_id for e in f.read_more()] == ["r1"]
+    assert f.entries["r1"].outcome is None and f.entries["r1"].meta.workflow.run_id == "w1"
+    with open(j.path, "a") as fh:
+        fh.write('LETE", "t": "2026-01-01T00:00:01+00:00"}\n')
+    f.read_more()
+    assert f.entries["r1"].outcome.status == "COMPLETE" and f.ended_unrecorded() == 1
+    j.close()
+
+
+def test_collector_reads_only_its_process_tree(tmp_path):
+    session = tmp_path / "s"
+    session.mkdir()
+    code = ("import subprocess, sys, time; open(sys.argv[1], 'w').write('x');"
+            "subprocess.run(['cp', sys.argv[1], sys.argv[1] + '.copy'])")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / f"f{i}")],
+                              env=tracer.preload_env(session, tag=f"t{i}")) for i in range(2)]
+    for p in procs:
+        p.wait()
+    c = SessionCollector(session, root_pid=procs[0].pid)
+    c.collect()
+    mine = c.take("t0")
+    assert mine.records and not c.take("t1").records
+    written = {r.path for r in mine.records if r.op_name == "open"}
+    assert str(tmp_path / "f0.copy").encode() in written  # cp, a child, is in the tree
+    assert len(c.owned()) >= 2
