@@ -3,12 +3,15 @@ threads, are lineage of the runs that did them."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.integrations.ray.helpers import digest, io_of
 
-pytest.importorskip("pyarrow")
-pytest.importorskip("pandas")
+if os.environ.get("ROAR_TEST_REQUIRE_RAY") != "1":
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("pandas")
 
 
 def _double(batch):
