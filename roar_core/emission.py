@@ -270,7 +270,23 @@ def to_json(event: RunEvent) -> str:
     return Serde.to_json(event)
 
 
-def _task_event(state: RunState, t: TaskLineage) -> RunEvent:
+# ---- pieces of a task event, for integrations whose engine emits the event itself -----------
+# (Airflow's OpenLineage provider builds the RunEvent; roar contributes datasets and facets.)
+
+
+def input_dataset(d: Dataset) -> InputDataset:
+    """A recorded input as the client's `InputDataset`, with roar's dataset facets."""
+    return _input(d)
+
+
+def output_dataset(d: Dataset) -> OutputDataset:
+    """A recorded output as the client's `OutputDataset`, with roar's dataset facets."""
+    return _output(d)
+
+
+def task_run_facets(t: TaskLineage) -> dict[str, RunFacet]:
+    """roar's own run facets of a task event (`roar_task`, `roar_io`), without the envelope
+    facets (parent, processing engine, error) that the emitting engine adds itself."""
     run_facets: dict[str, RunFacet] = {}
     if t.task is not None:
         run_facets["roar_task"] = _task_facet(t.task)
@@ -281,13 +297,17 @@ def _task_event(state: RunState, t: TaskLineage) -> RunEvent:
             declaredUntouched=t.io.declared_untouched,
             producer=producer(),
         )
+    return run_facets
+
+
+def _task_event(state: RunState, t: TaskLineage) -> RunEvent:
     return _event(
         state,
         t,
         t.job_type,
         inputs=[_input(d) for d in t.inputs],
         outputs=[_output(d) for d in t.outputs],
-        run_facets=run_facets,
+        run_facets=task_run_facets(t),
     )
 
 

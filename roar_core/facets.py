@@ -70,3 +70,44 @@ class RoarIORunFacet(RunFacet):
     @staticmethod
     def _get_schema() -> str:
         return _schema_url("1-0-0", "RoarIORunFacet")
+
+
+@attr.define
+class RoarSnakemakeRunFacet(RunFacet):
+    """A Snakemake job as the workflow declared it: rule, wildcards, params, resources, files."""
+
+    rule: str
+    jobid: int
+    kind: str
+    """How the job runs: shell, script, run, wrapper, notebook, cwl or template_engine."""
+    wildcards: dict[str, str] = attr.field(factory=dict)
+    params: dict | None = attr.field(default=None)
+    """Named params, JSON-ready (other objects as their repr), secrets masked."""
+    threads: int = attr.field(default=1)
+    resources: dict | None = attr.field(default=None)
+    input: list[str] = attr.field(factory=list)
+    """Declared input files, absolute paths."""
+    output: list[str] = attr.field(factory=list)
+    log: list[str] | None = attr.field(default=None)
+    benchmark: str | None = attr.field(default=None)
+    flags: dict[str, list[str]] | None = attr.field(default=None)
+    """Declared file -> its Snakemake flags (temp, protected, touch, directory, pipe...)."""
+    checkpoint: bool = attr.field(default=False)
+    shadow: str | None = attr.field(default=None)
+    """Shadow depth of the rule (minimal, shallow, full, copy-minimal)."""
+    group: str | None = attr.field(default=None)
+    storage: list[str] | None = attr.field(default=None)
+    """Declared files kept in a storage provider (their URIs); the job reads a local copy."""
+
+    @staticmethod
+    def _get_schema() -> str:
+        return _schema_url("1-0-0", "RoarSnakemakeRunFacet")
+
+
+# Run facets by the key they are stored under, for callers that pass plain fields
+# (roar_core.remote: the engine's process does not load the OpenLineage client).
+RUN_FACETS: dict[str, type[RunFacet]] = {
+    "roar_task": RoarTaskRunFacet,
+    "roar_io": RoarIORunFacet,
+    "roar_snakemake": RoarSnakemakeRunFacet,
+}

@@ -9,10 +9,12 @@ producer's identity, with the path actually read in `symlinks`.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from roar_core import declared as declared_mod
 from roar_core import emission
 from roar_core.classification import FileAccess, PathFilter, TaskIO, classify
 from roar_core.hashing import Hasher, HashResult
@@ -46,6 +48,8 @@ class TaskMeta:
     engine_version: emission.Engine | None = None
     run_facets: dict = field(default_factory=dict)
     io_check: emission.IOCheck | None = None
+    declared: declared_mod.Declared | None = None
+    """Files the engine declared (inputs/outputs compared with the trace into `io_check`)."""
 
 
 @dataclass
@@ -166,7 +170,11 @@ class Recorder:
 
     def record(self, meta: TaskMeta, outcome: TaskOutcome, records: list[Record],
                untraceable: list[str] | None = None) -> RecordedTask:
-        io = classify(records, self.keep) if meta.traced else TaskIO()
+        decl = meta.declared
+        code = [os.fsencode(os.path.realpath(p)) for p in decl.code] if decl else []
+        io = classify(records, self.keep, code) if meta.traced else TaskIO()
+        if decl is not None:
+            declared_mod.apply(io, decl, self.keep)
         if untraceable:
             io.untraceable.extend(untraceable)
         if io.untraceable and meta.traced:
@@ -174,6 +182,8 @@ class Recorder:
             meta.untraced_reason = "ran programs the preload tracer cannot see: " + ", ".join(
                 sorted(set(io.untraceable)))
             log.warning("roar: task %s %s", meta.job_name, meta.untraced_reason)
+        if decl is not None and meta.traced and meta.io_check is None:
+            meta.io_check = declared_mod.check(io, decl)
         if meta.command is None and io.commands:
             meta.command = io.commands[0]
         paths = [a.path for a in io.inputs + io.outputs + io.code]

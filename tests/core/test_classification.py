@@ -206,3 +206,32 @@ def test_non_utf8_names_are_escaped_text(tmp_path):
 def test_created_file_is_never_an_input_even_if_read_back(tmp_path, mode):
     io, _ = traced_io(tmp_path, f"open('n', '{mode}').write('1'); open('n').read()")
     assert names(io.outputs) == ["n"] and not io.inputs
+
+
+def test_a_removed_temp_dir_is_no_file_read(tmp_path):
+    # shutil.rmtree opens the directory without O_DIRECTORY; gone by the end, it must not
+    # look like an input file.
+    io, _ = traced_io(tmp_path, """
+        import shutil, tempfile
+        d = tempfile.mkdtemp(dir=".")
+        open(d + "/scratch", "w").write("x")
+        shutil.rmtree(d)
+    """)
+    assert not io.inputs and not io.outputs and not io.deleted
+    assert names(io.transient) == ["scratch"]
+
+
+def test_engine_code_files_are_code_not_inputs(tmp_path):
+    work = tmp_path / "work"
+    io, _ = traced_io(tmp_path, """
+        open("Snakefile").read()
+        open("data.txt").read()
+    """, setup=lambda w: ((w / "Snakefile").write_text("rule a: pass"),
+                          (w / "data.txt").write_text("d")))
+    assert names(io.inputs) == ["Snakefile", "data.txt"]
+    session = tmp_path / "session"
+    tasks = attribute(tracelog.read_session(session).logs)
+    io = classify(tasks["task"].records, PathFilter.build([session]),
+                  code=[os.fsencode(os.path.realpath(work / "Snakefile"))])
+    assert names(io.inputs) == ["data.txt"]
+    assert "Snakefile" in names(io.code)

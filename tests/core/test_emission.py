@@ -338,6 +338,7 @@ CUSTOM = {
     "contentHash": (facets.ContentHashDatasetFacet, "DatasetFacet"),
     "roar_task": (facets.RoarTaskRunFacet, "RunFacet"),
     "roar_io": (facets.RoarIORunFacet, "RunFacet"),
+    "roar_snakemake": (facets.RoarSnakemakeRunFacet, "RunFacet"),
 }
 
 

@@ -1,0 +1,141 @@
+"""Snakemake: the local executor vs `--executor roar` vs `roar-core run` around each job.
+
+A workflow of N small shell jobs (each reads a shared input and writes its own output) runs
+in a fresh copy of the same directory for every measurement; modes are interleaved rep by rep
+so that drift on a shared machine hits them alike.  One warm-up run per mode is not counted
+(it creates the roar store and warms the page cache and bytecode, as in steady use).
+
+    python bench/bench_snakemake.py [--jobs 200] [--reps 3] [--cores 2]
+
+Prints one table: median wall time per mode, per job, and the ratio to the local executor.
+The acceptance bound is roar/local <= 1.10.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pkgutil
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+SNAKEFILE = """\
+N = {jobs}
+
+rule all:
+    input: expand("out/{{i}}.txt", i=range(N))
+
+rule job:
+    input: "in.txt"
+    output: "out/{{i}}.txt"
+    shell: {shell!r}
+"""
+SHELL = "cat {input} > {output}; echo {wildcards.i} >> {output}"
+# The same job, each run under `roar-core run` (one traced task and record per command).
+WRAPPED = ("{roar} run --job job -- "
+           "bash -c 'cat {{input}} > {{output}}; echo {{wildcards.i}} >> {{output}}'")
+
+
+def env() -> dict[str, str]:
+    e = dict(os.environ)
+    # Snakemake finds executor plugins with pkgutil, which does not see an editable install.
+    if not any(m.name == "snakemake_executor_plugin_roar" for m in pkgutil.iter_modules()):
+        extra = str(REPO / "integrations" / "snakemake")
+        e["PYTHONPATH"] = os.pathsep.join(p for p in (extra, e.get("PYTHONPATH")) if p)
+    return e
+
+
+def workflow(root: Path, jobs: int, shell: str) -> Path:
+    d = Path(tempfile.mkdtemp(dir=root))
+    (d / "in.txt").write_text("shared input\n" * 10)
+    (d / "Snakefile").write_text(SNAKEFILE.format(jobs=jobs, shell=shell))
+    return d
+
+
+def run(mode: str, root: Path, args, home: Path) -> tuple[float, float]:
+    """(Snakemake's wall time, time until the lineage is recorded)."""
+    if mode == "wrapped":
+        shell = WRAPPED.format(roar=BIN / "roar-core")
+    else:
+        shell = SHELL
+    d = workflow(root, args.jobs, shell)
+    executor = "roar" if mode == "roar" else "local"
+    cmd = [str(BIN / "snakemake"), "--executor", executor, "-j", str(args.cores), "--quiet",
+           "all"]
+    e = env()
+    e["ROAR_HOME"] = str(home)
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, cwd=d, env=e, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if done.returncode != 0:
+        sys.exit(f"{mode} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    outs = list((d / "out").glob("*.txt"))
+    if len(outs) != args.jobs:
+        sys.exit(f"{mode}: {len(outs)} outputs, expected {args.jobs}")
+    recorded = wall
+    if mode == "wrapped":
+        # `roar-core run` hands each session to a background recorder and exits with its
+        # command; reading lineage waits for that recorder, which is the fair end point.
+        subprocess.run([str(BIN / "roar-core"), "show"], cwd=d, env=e, capture_output=True,
+                       check=True)
+        recorded = time.perf_counter() - t0
+    shutil.rmtree(d)
+    return wall, recorded
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--jobs", type=int, default=200)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--cores", type=int, default=2)
+    p.add_argument("--no-wrapped", action="store_true", help="skip per-job roar-core run")
+    args = p.parse_args()
+    modes = ["local", "roar"] + ([] if args.no_wrapped else ["wrapped"])
+    root = Path(tempfile.mkdtemp(prefix="roar-bench-smk-"))
+    homes = {m: root / f"home-{m}" for m in modes}
+    times: dict[str, list[float]] = {m: [] for m in modes}
+    recorded: dict[str, list[float]] = {m: [] for m in modes}
+    try:
+        for m in modes:  # warm-up
+            run(m, root, args, homes[m])
+        for rep in range(args.reps):
+            order = modes if rep % 2 == 0 else modes[::-1]
+            for m in order:
+                wall, done = run(m, root, args, homes[m])
+                times[m].append(wall)
+                recorded[m].append(done)
+                print(f"rep {rep + 1} {m:8s} {wall:7.2f} s (recorded at {done:.2f} s)",
+                      file=sys.stderr)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+    label = {"local": "--executor local", "roar": "--executor roar",
+             "wrapped": "local + roar-core run per job"}
+    base = statistics.median(times["local"])
+    print(f"\nSnakemake, {args.jobs} small shell jobs, -j {args.cores}, "
+          f"{args.reps} reps (median; interleaved)\n")
+    print(f"| {'mode':31s} | {'wall s':>7s} | {'per job ms':>10s} | {'ratio':>6s} | "
+          f"{'recorded s':>10s} | runs (s)")
+    print(f"|{'-' * 33}|{'-' * 9}|{'-' * 12}|{'-' * 8}|{'-' * 12}|---------")
+    for m in modes:
+        med = statistics.median(times[m])
+        runs = " ".join(f"{t:.2f}" for t in times[m])
+        print(f"| {label[m]:31s} | {med:7.2f} | {1000 * med / args.jobs:10.1f} | "
+              f"{med / base:6.3f} | {statistics.median(recorded[m]):10.2f} | {runs}")
+    ratio = statistics.median(times["roar"]) / base
+    verdict = "PASS" if ratio <= 1.10 else "FAIL"
+    print(f"\nroar/local = {ratio:.3f} (acceptance: <= 1.10) -> {verdict}")
+    print("(recorded s: until the lineage is in the store; --executor roar records before it "
+          "exits)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""The provider's registration and small pieces, and roar emitting when the OpenLineage
+provider is disabled."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integrations.airflow.conftest import (
+    AirflowHome,
+    _require_airflow,
+    preloaded,
+    read_events,
+    stop_recorder_services,
+)
+from tests.olschema import validate_event
+
+
+@pytest.fixture(autouse=True)
+def _airflow() -> None:
+    _require_airflow()
+
+
+def test_provider_info_matches_airflow_schema() -> None:
+    import airflow
+    import jsonschema
+    from roar_airflow.provider import get_provider_info
+
+    schema = json.loads((Path(airflow.__file__).parent / "provider_info.schema.json").read_text())
+    info = get_provider_info()
+    jsonschema.validate(info, schema)
+    assert info["package-name"] == "roar-core"  # must equal the distribution's name
+    assert {"name": "roar", "class-name": "roar_airflow.decorators.roar.roar_task"} in info[
+        "task-decorators"]
+
+
+def test_task_roar_is_registered() -> None:
+    from airflow.sdk import task
+    from roar_airflow.decorators.roar import roar_task
+
+    assert task.roar is roar_task
+
+
+def test_listed_by_airflow_providers_list(airflow_home: AirflowHome, tmp_path: Path) -> None:
+    out = airflow_home.airflow(airflow_home.env(tmp_path), "providers", "list", "-o", "json")
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("[{")][-1]
+    listed = {p["package_name"]: p for p in json.loads(line)}
+    assert "roar-core" in listed, sorted(listed)
+
+
+def test_shell_exports_one_liner(tmp_path: Path) -> None:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROAR_")}
+    env.update(ROAR_HOME=str(tmp_path / "roar"), ROAR_TASK_TAG="stale", LD_PRELOAD="")
+    py = f"{sys.executable} -c 'import roar_airflow; print(roar_airflow.shell_exports())'"
+    script = f'eval "$({py})" && printf "%s\\n" "$LD_PRELOAD" "$ROAR_SESSION_DIR" ' \
+             '"${ROAR_TASK_TAG-unset}" "$ROAR_HOME"'
+    out = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True,
+                         check=True, cwd=tmp_path).stdout.splitlines()
+    preload, session, tag, home = out
+    assert preload.endswith("libroar_preload.so") and " " not in preload
+    assert Path(session).is_dir() and Path(session).parent == tmp_path / "roar" / "sessions"
+    assert tag == "unset" and home == str(tmp_path / "roar")
+
+
+def test_internal_paths(airflow_home: AirflowHome, tmp_path: Path) -> None:
+    env = airflow_home.env(tmp_path)
+    code = ("import json; from roar_airflow.hooks.roar import airflow_internal_paths as f; "
+            "print(json.dumps(f()))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True)
+    dirs, globs = json.loads(out.stdout.strip().splitlines()[-1])
+    assert str(airflow_home.home) in dirs
+    assert str(airflow_home.home / "logs") in dirs
+    assert str(tmp_path / "ol-events.jsonl") + "*" in globs
+
+
+def test_provider_disabled_roar_emits_itself(airflow_home: AirflowHome, tmp_path: Path) -> None:
+    env = preloaded(airflow_home.env(tmp_path, AIRFLOW__OPENLINEAGE__DISABLED="true"))
+    try:
+        airflow_home.airflow(env, "dags", "test", "roar_etl", check=False, timeout=400)
+        ours = tmp_path / "roar" / "openlineage" / "events.jsonl"
+        deadline = time.monotonic() + 60  # the recorder service's spool sends in background
+        while time.monotonic() < deadline:
+            events = read_events(ours)
+            if sum(e["eventType"] in ("COMPLETE", "FAIL") for e in events) >= 8:
+                break
+            time.sleep(0.5)
+    finally:
+        stop_recorder_services(tmp_path)
+    assert not (tmp_path / "ol-events.jsonl").exists()  # the provider sent nothing
+    data = Path(env["ROAR_TEST_AIRFLOW_DATA"])
+    by_job = {(e["job"]["name"], e["eventType"]): e for e in events}
+    transform = by_job[("roar_etl.transform", "COMPLETE")]
+    assert [d["name"] for d in transform["inputs"]] == [str(data / "raw.csv")]
+    assert [d["name"] for d in transform["outputs"]] == [str(data / "clean.csv")]
+    assert ("roar_etl.broken", "FAIL") in by_job
+    parents = {e["run"]["facets"]["parent"]["run"]["runId"] for e in events}
+    assert len(parents) == 1  # one DAG run, named like the provider would name it
+    for e in events:
+        assert e["run"]["facets"]["parent"]["job"]["name"] == "roar_etl"
+        assert e["run"]["facets"]["processing_engine"]["name"] == "airflow"
+        validate_event(e)  # roar's own events: every facet must have a schema
+
+
+def test_plugin_warms_only_a_traced_process(airflow_home: AirflowHome, tmp_path: Path) -> None:
+    """Loaded in the scheduler, the plugin imports the task path there when the scheduler
+    runs with the tracer, so forked tasks inherit it; elsewhere it does nothing."""
+    code = ("import sys; from airflow.plugins_manager import ensure_plugins_loaded as f; f(); "
+            "from roar_airflow.plugins.roar import WARM; "
+            "print(WARM, 'roar_core.service' in sys.modules)")
+    plain = airflow_home.env(tmp_path)
+    for env, expected in ((plain, "False False"), (preloaded(plain), "True True")):
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, check=True, cwd=tmp_path)
+        assert out.stdout.strip().splitlines()[-1] == expected, out.stderr[-2000:]
