@@ -315,13 +315,29 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             if spec.own_log:
                 collector.skip(spec.own_log, spec.own_log_offset)
         try:
-            job = self.roar.end_task(meta, status, error=error,
-                                     source=self.roar.collector_source(collector), wait=True)
-            return result_of(job, status)
+            return self._record(meta, status, error, collector)
         finally:
             with self.state:
                 self.active.pop(spec.run_id, None)
                 self.last_activity = time.monotonic()
+
+    def _record(self, meta, status: str, error: str | None, collector) -> Result:
+        """Record in this (the connection's) thread: the task process is waiting, and a
+        hand-off to Roar's recorder thread costs two more wake-ups on a busy machine.  The
+        Recorder is thread-safe; failures are answered, never raised (as in Roar._work)."""
+        from roar_core.recorder import TaskOutcome, lineage_of, now
+
+        try:
+            collector.collect()
+            events = collector.take(meta.run_id)
+            outcome = TaskOutcome(status, now(), None, error, events.dropped)
+            r = self.roar.recorder.record(meta, outcome, events.records)
+        except Exception as e:  # lineage must never take the service down
+            log.error("roar: lineage of task %s lost: %s: %s", meta.job_name,
+                      type(e).__name__, e)
+            return Result.failed(status, f"{type(e).__name__}: {e}")
+        lineage = lineage_of(r.meta, r.outcome, r.inputs, r.outputs)
+        return Result.of(r.outcome.status, r.inputs, r.outputs, lineage.task, lineage.io)
 
     def sweep(self) -> None:
         """Remove logs that no running or future task can need: their process is gone and
@@ -411,8 +427,16 @@ def serve(session_dir: Path, settings: Settings, idle_exit_s: float = IDLE_EXIT_
                               daemon=True)
     thread.start()
     log.info("roar recorder service for %s listening on %s", session_dir, path)
+    ours = os.stat(path).st_ino
+
+    def still_ours() -> bool:  # the session was removed, or another service took over
+        try:
+            return os.stat(path).st_ino == ours
+        except OSError:
+            return False
+
     try:
-        while session_dir.is_dir():
+        while session_dir.is_dir() and still_ours():
             time.sleep(min(5.0, idle_exit_s / 2))
             with server.state:
                 idle = not server.active and time.monotonic() - server.last_activity > idle_exit_s
@@ -421,10 +445,8 @@ def serve(session_dir: Path, settings: Settings, idle_exit_s: float = IDLE_EXIT_
     finally:
         server.shutdown()
         server.server_close()
-        try:
+        if still_ours():
             os.unlink(path)
-        except OSError:
-            pass
         roar.close()
         os.close(fd)
 

@@ -590,18 +590,21 @@ class _Statements:
 def _statements(dialect: str) -> _Statements:
     """Write statements built once per dialect: building them costs more than running them."""
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    seen = insert(FileVersionRow)
+    # On the Tables, not the ORM classes: ORM-flavoured inserts have no cache key, so
+    # SQLAlchemy would compile each of them again on every call.
+    versions = FileVersionRow.__table__
+    seen = insert(versions)
     return _Statements(
-        new_artifact=insert(ArtifactRow).on_conflict_do_nothing(),
+        new_artifact=insert(ArtifactRow.__table__).on_conflict_do_nothing(),
         # Reads of a path keep one row per content there (producer NULL), moved forward on
         # every read; the partial unique index makes concurrent first reads collapse too.
         seen_version=seen.on_conflict_do_update(
             index_elements=["uri", "digest"],
-            index_where=FileVersionRow.producer_run_id.is_(None),
+            index_where=versions.c.producer_run_id.is_(None),
             set_={"last_seen_at": seen.excluded.last_seen_at},
         ),
-        produced_version=insert(FileVersionRow).on_conflict_do_nothing(),
-        access=insert(AccessRow),
+        produced_version=insert(versions).on_conflict_do_nothing(),
+        access=insert(AccessRow.__table__),
     )
 
 

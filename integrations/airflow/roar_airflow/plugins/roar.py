@@ -36,6 +36,7 @@ def warm() -> bool:
 
         settings()  # plain data: the same for every task this worker forks
         _config()
+        roar_core.emission.producer()  # reads package metadata: ~10 ms the first time
     except Exception:  # a warm-up must never break the scheduler
         log.debug("roar: warm-up failed", exc_info=True)
         return False
