@@ -97,6 +97,9 @@ def files(args, base_env, peer, root: Path, workload: list[str]) -> dict[str, di
     for rep in range(args.reps):
         for n in args.files:
             for v in variants:
+                # roar-cli records ~75 files/s here: one rep, and only up to --peer-max-files.
+                if v == "roar run" and (rep >= args.peer_reps or n > args.peer_max_files):
+                    continue
                 d = root / f"f{rep}-{n}-{v.split()[0]}"
                 d.mkdir()
                 env = dict(base_env, ROAR_HOME=str(d / ".roar"))
@@ -118,6 +121,8 @@ def main() -> int:
     ap.add_argument("--roar-cli-venv", default=os.environ.get("ROAR_CLI_VENV"))
     ap.add_argument("--files", default="0,1000,5000")
     ap.add_argument("--no-hash", action="store_true", help="skip the 1 GiB hashing bench")
+    ap.add_argument("--peer-max-files", type=int, default=1000)
+    ap.add_argument("--peer-reps", type=int, default=1)
     args = ap.parse_args()
     args.files = [int(x) for x in args.files.split(",")]
     base_env = clean_env()
@@ -148,11 +153,14 @@ def main() -> int:
         print("\n== 2. N-file workload end to end (trace+hash+store+spool), ms medians ==")
         fr = files(args, base_env, peer, root, workload)
         ns = args.files
+        def med(v: str, n: int) -> float:
+            return statistics.median(fr[v][n]) if fr[v][n] else float("nan")
+
         print("  N      " + "".join(f"{v:>22}" for v in fr))
         for n in ns:
-            print(f"  {n:<6} " + "".join(f"{1e3 * statistics.median(fr[v][n]):22.1f}"
-                                         for v in fr))
-        slopes = {v: fit(ns, [statistics.median(fr[v][n]) for n in ns]) for v in fr}
+            print(f"  {n:<6} " + "".join(f"{1e3 * med(v, n):22.1f}" for v in fr))
+        slopes = {v: fit([n for n in ns if fr[v][n]], [med(v, n) for n in ns if fr[v][n]])
+                  for v in fr}
         base_b = slopes["untraced"].b
         for v, f in slopes.items():
             if v == "untraced":

@@ -135,9 +135,16 @@ class _Resolver:
 
     def __init__(self) -> None:
         self._dirs: dict[bytes, bytes] = {}
+        self._paths: dict[bytes, bytes] = {}  # a file is usually opened, closed, reopened
 
-    def __call__(self, path: bytes) -> bytes:
-        path = os.path.normpath(path)
+    def __call__(self, raw: bytes) -> bytes:
+        real = self._paths.get(raw)
+        if real is None:
+            real = self._paths[raw] = self._resolve(raw)
+        return real
+
+    def _resolve(self, raw: bytes) -> bytes:
+        path = os.path.normpath(raw)
         head, tail = os.path.split(path)
         real_head = self._dirs.get(head)
         if real_head is None:
