@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from roar_core.config import Config
+from roar_core.session import pid_alive
 
 RUNNER = "runner.json"
 DONE = "task.json"
@@ -123,16 +124,6 @@ def spawn_recorder(cfg: Config) -> None:
         os.close(fd)  # the recorder's copy of the descriptor keeps the lock
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def pending(cfg: Config) -> list[Path]:
     """Sessions ready to record: ended, or orphaned by a runner that died."""
     if not cfg.sessions_dir.is_dir():
@@ -147,7 +138,7 @@ def pending(cfg: Config) -> list[Path]:
                 info = json.loads(runner.read_text())
             except (OSError, ValueError):
                 continue
-            if info.get("host") == socket.gethostname() and not _alive(int(info["pid"])):
+            if info.get("host") == socket.gethostname() and not pid_alive(int(info["pid"])):
                 out.append(d)
     return out
 

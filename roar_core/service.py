@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from roar_core import tracer
+from roar_core.session import pid_alive
 
 if TYPE_CHECKING:
     from roar_core.api import Roar
@@ -355,7 +356,7 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
                 pid, mono = int(parts[1]), int(parts[2])
             except (IndexError, ValueError):
                 continue
-            if mono < horizon and not _alive(pid):
+            if mono < horizon and not pid_alive(pid):
                 path.unlink(missing_ok=True)
 
 
@@ -389,16 +390,6 @@ class _Handler(socketserver.StreamRequestHandler):
         if meta is not None:  # the task process went away mid-task
             self.server.end(spec, meta, "ABORT", "the task process died before the task ended")
         self.server.sweep()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def serve(session_dir: Path, settings: Settings, idle_exit_s: float = IDLE_EXIT_S) -> None:

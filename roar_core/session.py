@@ -32,6 +32,17 @@ def remove_session_dir(d: Path) -> None:
     shutil.rmtree(d, ignore_errors=True)
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (on this host)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, just not ours
+        return True
+    return True
+
+
 class SessionCollector:
     """Incremental reader of a session's logs.  Logs of processes still running are read
     up to their last committed record; the rest is picked up by the next collect()."""
@@ -56,15 +67,6 @@ class SessionCollector:
         self.errors: list[str] = []
         self._lock = threading.Lock()
 
-    @staticmethod
-    def _alive(pid: int) -> bool:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
 
     def _in_tree(self, paths: list[Path]) -> list[Path]:
         """The logs of processes in our tree.  A log is ours when its process or its parent
@@ -102,7 +104,7 @@ class SessionCollector:
                 start = self._offsets.get(path, 0)
                 try:
                     head = self._headers.get(path)
-                    final = head is not None and not self._alive(head.pid)
+                    final = head is not None and not pid_alive(head.pid)
                     log = tracelog.read_log(path, start=start, final=final)
                 except tracelog.TraceLogError as e:
                     if path not in self._offsets:
