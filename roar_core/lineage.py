@@ -115,6 +115,17 @@ class Candidate:
     run: RunNode
 
 
+def latest_version(column, condition):
+    """The query for the latest file version matching `condition`: the one last written or
+    read, the later record on a tie.  The one place that rule is written."""
+    return (
+        select(column)
+        .where(condition)
+        .order_by(FileVersionRow.last_seen_at.desc(), FileVersionRow.id.desc())
+        .limit(1)
+    )
+
+
 def is_digest(key: str) -> bool:
     return _DIGEST_RE.fullmatch(key) is not None
 
@@ -181,10 +192,7 @@ def start_node(conn: Connection, key: str) -> tuple[ArtifactNode, Candidate | No
         uri = None
     else:
         latest = conn.execute(
-            select(FileVersionRow.digest)
-            .where(FileVersionRow.uri == key)
-            .order_by(FileVersionRow.last_seen_at.desc(), FileVersionRow.id.desc())
-            .limit(1)
+            latest_version(FileVersionRow.digest, FileVersionRow.uri == key)
         ).scalar_one_or_none()
         if latest is None:
             return None
@@ -194,10 +202,7 @@ def start_node(conn: Connection, key: str) -> tuple[ArtifactNode, Candidate | No
         return ArtifactNode(producer.uri, digest), producer
     if uri is None:
         uri = conn.execute(
-            select(FileVersionRow.uri)
-            .where(FileVersionRow.digest == digest)
-            .order_by(FileVersionRow.last_seen_at.desc(), FileVersionRow.id.desc())
-            .limit(1)
+            latest_version(FileVersionRow.uri, FileVersionRow.digest == digest)
         ).scalar_one_or_none()
         if uri is None:
             return None

@@ -470,10 +470,7 @@ class Store:
         that wrote that content there if one did."""
         with self._transaction("cannot query file versions", write=False) as conn:
             row = conn.execute(
-                select(FileVersionRow.__table__)
-                .where(FileVersionRow.uri == uri)
-                .order_by(FileVersionRow.last_seen_at.desc(), FileVersionRow.id.desc())
-                .limit(1)
+                _lineage.latest_version(FileVersionRow.__table__, FileVersionRow.uri == uri)
             ).one_or_none()
             if row is None:
                 return None

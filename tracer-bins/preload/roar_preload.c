@@ -696,15 +696,19 @@ static void fd_forget(int fd) {
 
 static inline int tracked(int fd) { return fd >= 0 && fd < FD_STATE_MAX && fd_states[fd].track; }
 
+/* The mode argument exists only when the flags create a file. */
+#define VA_MODE(flags, mode)                 \
+    mode_t mode = 0;                         \
+    if (needs_mode(flags)) {                 \
+        va_list ap;                          \
+        va_start(ap, flags);                 \
+        mode = va_arg(ap, mode_t);           \
+        va_end(ap);                          \
+    }
+
 #define OPEN_HOOK(name)                                                            \
     EXPORT int name(const char *path, int flags, ...) {                            \
-        mode_t mode = 0;                                                           \
-        if (needs_mode(flags)) {                                                   \
-            va_list ap;                                                            \
-            va_start(ap, flags);                                                   \
-            mode = va_arg(ap, mode_t);                                             \
-            va_end(ap);                                                            \
-        }                                                                          \
+        VA_MODE(flags, mode)                                                       \
         PROBED(pre, flags, REAL(name)(path, flags | O_EXCL, mode),                 \
                REAL(name)(path, flags, mode))                                      \
         open_after(AT_FDCWD, path, flags, mode, fd, &pre, 0);                      \
@@ -716,13 +720,7 @@ OPEN_HOOK(open64)
 
 #define OPENAT_HOOK(name)                                                          \
     EXPORT int name(int dirfd, const char *path, int flags, ...) {                 \
-        mode_t mode = 0;                                                           \
-        if (needs_mode(flags)) {                                                   \
-            va_list ap;                                                            \
-            va_start(ap, flags);                                                   \
-            mode = va_arg(ap, mode_t);                                             \
-            va_end(ap);                                                            \
-        }                                                                          \
+        VA_MODE(flags, mode)                                                       \
         PROBED(pre, flags, REAL(name)(dirfd, path, flags | O_EXCL, mode),          \
                REAL(name)(dirfd, path, flags, mode))                               \
         open_after(dirfd, path, flags, mode, fd, &pre, 0);                         \
