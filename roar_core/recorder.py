@@ -20,7 +20,7 @@ from roar_core.classification import FileAccess, PathFilter, TaskIO, classify
 from roar_core.hashing import Hasher, HashResult
 from roar_core.redact import redact_argv
 from roar_core.spool import Spool
-from roar_core.store import Access, CodeFile, Store
+from roar_core.store import Access, AccessRecord, CodeFile, Store
 from roar_core.tracelog import Record
 
 log = logging.getLogger(__name__)
@@ -133,12 +133,12 @@ class Recorder:
         return emission.Dataset(ns, ds_name, digest=digest, size=size, symlinks=symlinks,
                                 lifecycle=lifecycle)
 
-    def _input_datasets(self, run_id: str) -> list[emission.Dataset]:
+    def _input_datasets(self, recorded: list[AccessRecord]) -> list[emission.Dataset]:
         """Inputs under the identity the store gave them: the path read, or, when that
         content was produced under another name, the producer's (the join by content
         hash), with the path actually read in `symlinks`."""
         out = []
-        for rec in self.store.accesses_of(run_id):
+        for rec in recorded:
             if rec.role != "input":
                 continue
             digest = rec.digest.removeprefix("blake3:") if rec.digest else None
@@ -212,15 +212,12 @@ class Recorder:
             accesses.append(Access(uri=a.name, role="deleted", digest=None))
         for a in io.transient:
             accesses.append(Access(uri=a.name, role="transient", digest=None))
-        if accesses:
-            self.store.record_accesses(meta.run_id, accesses)
-        inputs = self._input_datasets(meta.run_id) if io.inputs else []
-
         code = [CodeFile(a.name, hashes[a.path].digest) for a in io.code if a.path in hashes]
-        self.store.finish_task_run(meta.run_id, outcome.status, outcome.ended_at,
-                                   exit_code=outcome.exit_code, error_message=outcome.error,
-                                   dropped_events=outcome.dropped, code=code,
-                                   traced=meta.traced, untraced_reason=meta.untraced_reason)
+        recorded = self.store.finish_task_run(
+            meta.run_id, outcome.status, outcome.ended_at, exit_code=outcome.exit_code,
+            error_message=outcome.error, dropped_events=outcome.dropped, code=code,
+            traced=meta.traced, untraced_reason=meta.untraced_reason, accesses=accesses)
+        inputs = self._input_datasets(recorded) if io.inputs else []
         lineage = lineage_of(meta, outcome, inputs, outputs)
         make = {"COMPLETE": emission.complete_event, "FAIL": emission.fail_event,
                 "ABORT": emission.abort_event}[outcome.status]

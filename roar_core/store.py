@@ -19,7 +19,6 @@ import time
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -29,10 +28,24 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
-from sqlalchemy import Connection, Engine, Row, create_engine, event, func, insert, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Row,
+    Table,
+    TextClause,
+    bindparam,
+    create_engine,
+    event,
+    func,
+    insert,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
+from sqlalchemy.sql.dml import Update
 
 from roar_core import lineage as _lineage
 from roar_core.lineage import LineageGraph
@@ -288,7 +301,7 @@ class Store:
         check_aware(run.started_at, "started_at")
         with self._transaction(f"cannot record workflow run {run.run_id}", write=True) as conn:
             conn.execute(
-                insert(WorkflowRunRow),
+                insert(_WORKFLOW_RUNS),
                 {
                     "run_id": run.run_id,
                     "engine": run.engine,
@@ -306,8 +319,8 @@ class Store:
         check_aware(ended_at, "ended_at")
         with self._transaction(f"cannot finish workflow run {run_id}", write=True) as conn:
             done = conn.execute(
-                update(WorkflowRunRow)
-                .where(WorkflowRunRow.run_id == run_id)
+                update(_WORKFLOW_RUNS)
+                .where(_WORKFLOW_RUNS.c.run_id == run_id)
                 .values(status=status, ended_at=ended_at)
             )
             if done.rowcount == 0:
@@ -318,7 +331,7 @@ class Store:
         code = code_json(run.code)
         with self._transaction(f"cannot record task run {run.run_id}", write=True) as conn:
             conn.execute(
-                insert(TaskRunRow),
+                insert(_TASK_RUNS),
                 {
                     "run_id": run.run_id,
                     "workflow_run_id": run.workflow_run_id,
@@ -356,9 +369,13 @@ class Store:
         code: Sequence[CodeFile] | None = None,
         traced: bool | None = None,
         untraced_reason: str | None = None,
-    ) -> None:
+        accesses: Sequence[Access] = (),
+    ) -> list[AccessRecord]:
         """Close a task run. `code`, `traced` and `untraced_reason` (None: keep what
-        `start_task_run` stored) are often known only once the trace has been read."""
+        `start_task_run` stored) are often known only once the trace has been read.
+
+        `accesses` are recorded in the same transaction (see `record_accesses`, whose result
+        this returns): a task's end is one commit, not two."""
         check_status(status)
         check_aware(ended_at, "ended_at")
         values: dict[str, Any] = {
@@ -375,17 +392,20 @@ class Store:
             values["untraced_reason"] = untraced_reason
         elif untraced_reason is not None:
             values["untraced_reason"] = untraced_reason
+        checked = [checked_access(a) for a in accesses]
         with self._transaction(f"cannot finish task run {run_id}", write=True) as conn:
+            recorded = _record_accesses(conn, run_id, checked) if checked else []
             done = conn.execute(
-                update(TaskRunRow).where(TaskRunRow.run_id == run_id).values(**values)
+                _finish_task(tuple(sorted(values))), {**values, "finished_run_id": run_id}
             )
             if done.rowcount == 0:
                 raise StoreError(f"unknown task run {run_id}")
+        return recorded
 
     # -- accesses -----------------------------------------------------------------------------
 
-    def record_accesses(self, task_run_id: str, accesses: Sequence[Access]) -> None:
-        """Record what a task touched, in one transaction.
+    def record_accesses(self, task_run_id: str, accesses: Sequence[Access]) -> list[AccessRecord]:
+        """Record what a task touched, in one transaction; returns the rows written.
 
         Every digest becomes an artifact; outputs become file versions produced by this run,
         inputs versions seen at that path. Inputs whose content was produced elsewhere take the
@@ -393,64 +413,9 @@ class Store:
         """
         checked = [checked_access(a) for a in accesses]
         if not checked:
-            return
-        # One row per (uri, digest): a batch may repeat a file (e.g. read by two processes).
-        # Sorted, so concurrent PostgreSQL writers lock shared rows in one order (no deadlock).
-        inputs = _unique_sorted(a for a in checked if a.role == "input" and a.digest)
-        outputs = _unique_sorted(a for a in checked if a.role == "output" and a.digest)
-        now = _utcnow()
+            return []
         with self._transaction(f"cannot record accesses of {task_run_id}", write=True) as conn:
-            started_at = conn.execute(
-                select(TaskRunRow.started_at).where(TaskRunRow.run_id == task_run_id)
-            ).scalar_one_or_none()
-            if started_at is None:
-                raise StoreError(f"unknown task run {task_run_id}")
-            dialect = conn.dialect.name
-            sizes: dict[str, int | None] = {}
-            for a in checked:
-                if a.digest:
-                    sizes[a.digest] = sizes.get(a.digest) or a.size
-            if sizes:
-                conn.execute(
-                    _statements(dialect).new_artifact,
-                    [{"digest": d, "size": n, "first_seen": now} for d, n in sorted(sizes.items())],
-                )
-            # Inputs before outputs: on a timestamp tie, the version written by this run (a
-            # later id) is the latest one of a file it also read.
-            for stmt, batch, producer in (
-                (_statements(dialect).seen_version, inputs, None),
-                (_statements(dialect).produced_version, outputs, task_run_id),
-            ):
-                if batch:
-                    conn.execute(stmt, [_version_params(a, producer, now) for a in batch])
-            candidates = _lineage.producer_candidates(conn, {a.digest for a in inputs})
-            rows = []
-            for a in checked:
-                identity, path_read = a.uri, a.path_read
-                if a.role == "input" and a.digest:
-                    prod = _lineage.pick_producer(
-                        candidates[a.digest],
-                        uri=a.uri,
-                        consumer_run_id=task_run_id,
-                        consumer_started_at=started_at,
-                    )
-                    if prod is not None and prod.uri != a.uri:
-                        identity, path_read = prod.uri, a.path_read or a.uri
-                ns, name = dataset_identity(identity)
-                rows.append(
-                    {
-                        "task_run_id": task_run_id,
-                        "uri": a.uri,
-                        "digest": a.digest,
-                        "role": a.role,
-                        "size": a.size,
-                        "mtime_ns": a.mtime_ns,
-                        "path_read": path_read,
-                        "dataset_namespace": ns,
-                        "dataset_name": name,
-                    }
-                )
-            conn.execute(_statements(dialect).access, rows)
+            return _record_accesses(conn, task_run_id, checked)
 
     # -- queries ------------------------------------------------------------------------------
 
@@ -575,34 +540,112 @@ class Store:
 # Write helpers
 
 
-@dataclass(frozen=True)
-class _Statements:
-    new_artifact: Any
-    seen_version: Any
-    produced_version: Any
-    access: Any
+_TASK_RUNS = TaskRunRow.__table__
+_WORKFLOW_RUNS = WorkflowRunRow.__table__
+_VERSIONS = FileVersionRow.__table__
+
+
+def _upsert(table: Table, conflict: str) -> TextClause:
+    """`INSERT ... ON CONFLICT <conflict>` for every column but the surrogate key.
+
+    Written out because the dialect `insert(...).on_conflict_*()` constructs have no cache
+    key: SQLAlchemy compiles them again on every execution (~0.1 ms each, four per task).
+    SQLite (>= 3.24) and PostgreSQL accept the same ON CONFLICT syntax; typed bind
+    parameters keep the columns' conversions (UTC timestamps)."""
+    cols = [c for c in table.columns if not (c.primary_key and c.autoincrement is True)]
+    names = ", ".join(c.name for c in cols)
+    values = ", ".join(f":{c.name}" for c in cols)
+    return text(
+        f"INSERT INTO {table.name} ({names}) VALUES ({values}) ON CONFLICT {conflict}"
+    ).bindparams(*(bindparam(c.name, type_=c.type) for c in cols))
+
+
+# Reads of a path keep one row per content there (producer NULL), moved forward on every
+# read; the partial unique index makes concurrent first reads collapse too.
+_NEW_ARTIFACT = _upsert(ArtifactRow.__table__, "DO NOTHING")
+_SEEN_VERSION = _upsert(
+    _VERSIONS,
+    "(uri, digest) WHERE producer_run_id IS NULL"
+    " DO UPDATE SET last_seen_at = excluded.last_seen_at",
+)
+_PRODUCED_VERSION = _upsert(_VERSIONS, "DO NOTHING")
+_ACCESS = insert(AccessRow.__table__)
+_STARTED_AT = select(_TASK_RUNS.c.started_at).where(_TASK_RUNS.c.run_id == bindparam("run_id"))
 
 
 @functools.cache
-def _statements(dialect: str) -> _Statements:
-    """Write statements built once per dialect: building them costs more than running them."""
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    # On the Tables, not the ORM classes: ORM-flavoured inserts have no cache key, so
-    # SQLAlchemy would compile each of them again on every call.
-    versions = FileVersionRow.__table__
-    seen = insert(versions)
-    return _Statements(
-        new_artifact=insert(ArtifactRow.__table__).on_conflict_do_nothing(),
-        # Reads of a path keep one row per content there (producer NULL), moved forward on
-        # every read; the partial unique index makes concurrent first reads collapse too.
-        seen_version=seen.on_conflict_do_update(
-            index_elements=["uri", "digest"],
-            index_where=versions.c.producer_run_id.is_(None),
-            set_={"last_seen_at": seen.excluded.last_seen_at},
-        ),
-        produced_version=insert(versions).on_conflict_do_nothing(),
-        access=insert(AccessRow.__table__),
+def _finish_task(columns: tuple[str, ...]) -> Update:
+    # One statement per set of columns updated (a handful): built and compiled once.
+    return (
+        update(_TASK_RUNS)
+        .where(_TASK_RUNS.c.run_id == bindparam("finished_run_id"))
+        .values({c: bindparam(c) for c in columns})
     )
+
+
+def _record_accesses(
+    conn: Connection, task_run_id: str, checked: list[Access]
+) -> list[AccessRecord]:
+    # One row per (uri, digest): a batch may repeat a file (e.g. read by two processes).
+    # Sorted, so concurrent PostgreSQL writers lock shared rows in one order (no deadlock).
+    inputs = _unique_sorted(a for a in checked if a.role == "input" and a.digest)
+    outputs = _unique_sorted(a for a in checked if a.role == "output" and a.digest)
+    now = _utcnow()
+    started_at = conn.execute(_STARTED_AT, {"run_id": task_run_id}).scalar_one_or_none()
+    if started_at is None:
+        raise StoreError(f"unknown task run {task_run_id}")
+    sizes: dict[str, int | None] = {}
+    for a in checked:
+        if a.digest:
+            sizes[a.digest] = sizes.get(a.digest) or a.size
+    if sizes:
+        conn.execute(
+            _NEW_ARTIFACT,
+            [{"digest": d, "size": n, "first_seen": now} for d, n in sorted(sizes.items())],
+        )
+    # Inputs before outputs: on a timestamp tie, the version written by this run (a later
+    # id) is the latest one of a file it also read.
+    if inputs:
+        conn.execute(_SEEN_VERSION, [_version_params(a, None, now) for a in inputs])
+    if outputs:
+        conn.execute(_PRODUCED_VERSION, [_version_params(a, task_run_id, now) for a in outputs])
+    candidates = (
+        _lineage.producer_candidates(conn, {a.digest for a in inputs}) if inputs else {}
+    )
+    records = []
+    for a in checked:
+        identity, path_read = a.uri, a.path_read
+        if a.role == "input" and a.digest:
+            prod = _lineage.pick_producer(
+                candidates.get(a.digest, ()),
+                uri=a.uri,
+                consumer_run_id=task_run_id,
+                consumer_started_at=started_at,
+            )
+            if prod is not None and prod.uri != a.uri:
+                identity, path_read = prod.uri, a.path_read or a.uri
+        ns, name = dataset_identity(identity)
+        records.append(
+            AccessRecord(a.uri, a.role, a.digest, a.size, a.mtime_ns, path_read, ns, name)
+        )
+    conn.execute(
+        _ACCESS,
+        [
+            {
+                "task_run_id": task_run_id,
+                "uri": r.uri,
+                "digest": r.digest,
+                "role": r.role,
+                "size": r.size,
+                "mtime_ns": r.mtime_ns,
+                "path_read": r.path_read,
+                "dataset_namespace": r.dataset_namespace,
+                "dataset_name": r.dataset_name,
+            }
+            for r in records
+        ],
+    )
+    return records
 
 
 def _unique_sorted(accesses: Iterable[Access]) -> list[Access]:
