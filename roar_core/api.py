@@ -30,7 +30,7 @@ from roar_core import emission, tracer
 from roar_core.classification import PathFilter
 from roar_core.declared import Declared
 from roar_core.hashing import Hasher, StatCache
-from roar_core.recorder import RecordedTask, Recorder, TaskMeta, TaskOutcome, now
+from roar_core.recorder import RecordedTask, Recorder, TaskMeta, TaskOutcome, gc_paused, now
 from roar_core.session import SessionCollector
 from roar_core.spool import Spool
 from roar_core.store import Store, StoreError, WorkflowRun
@@ -73,7 +73,7 @@ class Roar:
     def __init__(self, cfg: config_mod.Config | None = None, *,
                  internal: Iterable[str | os.PathLike] = (), client=None,
                  progress: Callable[[int, int], None] | None = None,
-                 max_pending: int = 256, use_mmap: bool = True):
+                 max_pending: int = 256, use_mmap: bool = True, send: bool = True):
         self.config = cfg or config_mod.load()
         c = self.config
         try:
@@ -81,7 +81,10 @@ class Roar:
         except OSError as e:
             raise StoreError(f"cannot create roar home {c.home}: {e.strerror or e}") from None
         self.store = Store.open(url=c.database_url, home=c.home)
-        self.spool = Spool(c.spool_dir, client=client or default_client(c)) if c.emit else None
+        # send=False: no sender thread; events are delivered by `spool.flush` (or later by
+        # another process) only.
+        self.spool = (Spool(c.spool_dir, client=client or default_client(c), start=send)
+                      if c.emit else None)
         self.cache = StatCache(c.statcache_path)
         self.hasher = Hasher(self.cache, workers=c.hash_workers or None, use_mmap=use_mmap)
         keep = PathFilter.build([c.home, *internal], c.include, c.exclude)
@@ -175,9 +178,10 @@ class Roar:
             try:
                 if job is None:
                     return
-                records, dropped = job.source(job.meta.run_id) if job.source else ([], 0)
-                job.outcome.dropped += dropped
-                job.result = self.recorder.record(job.meta, job.outcome, records)
+                with gc_paused():
+                    records, dropped = job.source(job.meta.run_id) if job.source else ([], 0)
+                    job.outcome.dropped += dropped
+                    job.result = self.recorder.record(job.meta, job.outcome, records)
             except Exception as e:  # lineage must never take the worker down
                 job.error = f"{type(e).__name__}: {e}"
                 log.error("roar: lineage of task %s lost: %s", job.meta.job_name, job.error,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import site
 import stat
 import sys
@@ -35,6 +36,7 @@ SYSTEM_PREFIXES = (
 CACHE_PARTS = (b"/__pycache__/", b"/.cache/", b"/.git/", b"/.ipython/", b"/.ruff_cache/",
                b"/.pytest_cache/", b"/.mypy_cache/", b".egg-info/", b".dist-info/")
 CACHE_SUFFIXES = (b".pyc", b".pyo")
+_CACHE_PART = re.compile(b"|".join(re.escape(p) for p in CACHE_PARTS))
 CODE_SUFFIXES = (b".py", b".sh", b".bash", b".r", b".R", b".pl", b".rb", b".jl", b".js",
                  b".smk", b".ipynb", b".Rmd")
 
@@ -79,7 +81,7 @@ class PathFilter:
             return False
         if path.startswith(self.prefixes) or path.startswith(self.internal):
             return False
-        if any(part in path for part in CACHE_PARTS) or path.endswith(CACHE_SUFFIXES):
+        if _CACHE_PART.search(path) or path.endswith(CACHE_SUFFIXES):
             return False
         if self.include or self.exclude:
             text = os.fsdecode(path)
@@ -131,31 +133,40 @@ class _State:
 
 class _Resolver:
     """normpath + symlink resolution with a per-directory cache (tasks touch many files in
-    few directories)."""
+    few directories).  Maps a raw path to (resolved path, normalised path)."""
 
     def __init__(self) -> None:
         self._dirs: dict[bytes, bytes] = {}
-        self._paths: dict[bytes, bytes] = {}  # a file is usually opened, closed, reopened
+        self._paths: dict[bytes, tuple[bytes, bytes]] = {}  # a file is opened, closed, reopened
+        # lstat results of resolved non-symlinks.  Classification runs after the task has
+        # ended, so they are also the final state the end-of-task pass needs: one syscall
+        # per file instead of two.
+        self.stats: dict[bytes, os.stat_result] = {}
 
-    def __call__(self, raw: bytes) -> bytes:
-        real = self._paths.get(raw)
-        if real is None:
-            real = self._paths[raw] = self._resolve(raw)
-        return real
+    def __call__(self, raw: bytes) -> tuple[bytes, bytes]:
+        got = self._paths.get(raw)
+        if got is None:
+            got = self._paths[raw] = self._resolve(raw)
+        return got
 
-    def _resolve(self, raw: bytes) -> bytes:
-        path = os.path.normpath(raw)
-        head, tail = os.path.split(path)
+    def _resolve(self, raw: bytes) -> tuple[bytes, bytes]:
+        # Most paths a program builds are already normal: skip normpath for those.
+        path = os.path.normpath(raw) if b"/." in raw or b"//" in raw or raw.endswith(
+            b"/") else raw
+        head, _, tail = path.rpartition(b"/")
+        head = head or b"/"
         real_head = self._dirs.get(head)
         if real_head is None:
             real_head = self._dirs[head] = os.path.realpath(head)
         full = os.path.join(real_head, tail)
         try:
-            if stat.S_ISLNK(os.lstat(full).st_mode):
-                return os.path.realpath(full)
+            st = os.lstat(full)
         except OSError:
-            pass
-        return full
+            return full, path
+        if stat.S_ISLNK(st.st_mode):
+            return os.path.realpath(full), path
+        self.stats[full] = st
+        return full, path
 
 
 def _stat_of(r: Record) -> FileState | None:
@@ -177,11 +188,10 @@ def classify(records: Iterable[Record], keep: PathFilter,
     def state(raw: bytes, ns: int) -> tuple[bytes, _State] | None:
         if not raw.startswith(b"/"):
             return None  # relative to an unknown directory: cannot be placed
-        real = resolve(raw)
+        real, norm = resolve(raw)
         s = states.get(real)
         if s is None:
             s = states[real] = _State(first_ns=ns)
-        norm = os.path.normpath(raw)
         if norm != real:
             s.via.add(norm)
         return real, s
@@ -269,11 +279,13 @@ def classify(records: Iterable[Record], keep: PathFilter,
     for path, s in states.items():
         if s.directory or not keep.keep(path):
             continue
-        try:
-            st = os.stat(path)
-            exists, is_dir = True, stat.S_ISDIR(st.st_mode)
-        except OSError:
-            st, exists, is_dir = None, False, False
+        st = resolve.stats.get(path)
+        if st is None:
+            try:
+                st = os.stat(path)
+            except OSError:
+                st = None
+        exists, is_dir = st is not None, st is not None and stat.S_ISDIR(st.st_mode)
         if is_dir:
             continue
         if not s.written and s.baselines and st is not None:

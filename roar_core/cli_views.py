@@ -28,6 +28,9 @@ from roar_core import config as config_mod
 from roar_core import graph as graph_mod
 from roar_core.classification import display_name
 from roar_core.cli import CLOSE_TIMEOUT_S, EXIT_USAGE, CliError
+
+# A backlog this small is sent before `run --wait` exits (a few ms of the client's time).
+INLINE_DELIVERY_BYTES = 256 * 1024
 from roar_core.lineage import LineageGraph, RunNode, is_digest
 from roar_core.runner import RunResult, how_it_ended
 from roar_core.store import DB_FILENAME, AccessRecord, Store, StoreError, TaskRunRecord
@@ -147,7 +150,8 @@ def store_missing(cfg: config_mod.Config) -> bool:
     return cfg.database_url is None and not (cfg.home / DB_FILENAME).is_file()
 
 
-def open_roar(cfg: config_mod.Config, progress: Callable[[int, int], None] | None = None) -> Any:
+def open_roar(cfg: config_mod.Config, progress: Callable[[int, int], None] | None = None,
+              send: bool = True) -> Any:
     """The recorder, or a one-line error (exit 2) before any command runs: recording needs it."""
     from roar_core.api import Roar
 
@@ -156,7 +160,7 @@ def open_roar(cfg: config_mod.Config, progress: Callable[[int, int], None] | Non
         # setup happens to touch it first.
         cfg.home.mkdir(parents=True, exist_ok=True)
         client = ol_client(cfg) if cfg.emit else None
-        return Roar(cfg, client=client, progress=progress)
+        return Roar(cfg, client=client, progress=progress, send=send)
     except StoreError as e:
         raise CliError(f"{e} (the command was not run)", EXIT_USAGE) from e
     except OSError as e:
@@ -283,7 +287,8 @@ def run_and_record(cfg: config_mod.Config, argv: list[str], job_name: str | None
 
     err = stderr_console()
     progress = HashProgress(err)
-    roar = open_roar(cfg, progress)
+    # No sender thread: delivery is decided below, once the lineage is stored and spooled.
+    roar = open_roar(cfg, progress, send=False)
     try:
         result = run_command(roar, argv, job_name)
         progress.close()
@@ -291,8 +296,28 @@ def run_and_record(cfg: config_mod.Config, argv: list[str], job_name: str | None
             err.print(line)
     finally:
         progress.close()
-        roar.close(timeout=CLOSE_TIMEOUT_S)
+        deliver_or_hand_off(roar, err)
     return result.returncode
+
+
+def deliver_or_hand_off(roar: Any, err: Console) -> None:
+    """Close the recorder; send a small backlog now, hand a big one to a background sender.
+
+    `--wait` waits for the lineage to be stored and durably spooled.  Delivering takes the
+    OpenLineage client ~50 µs per dataset (its serializer walks every facet), which a run
+    with thousands of files would spend with the user waiting on a transport: that backlog
+    goes to the detached recorder process instead, which sends it and exits.
+    """
+    from roar_core import handoff, spoolfiles
+
+    backlog = spoolfiles.pending_bytes(roar.spool.directory) if roar.spool else 0
+    if backlog <= INLINE_DELIVERY_BYTES:
+        roar.close(timeout=CLOSE_TIMEOUT_S)
+        return
+    roar.close(timeout=0)
+    handoff.spawn_recorder(roar.config)
+    err.print(f"roar-core: sending {size_text(backlog)} of OpenLineage events in the "
+              "background (`roar-core flush` waits for them)", style="dim")
 
 
 # ---------------------------------------------------------------------------------------------

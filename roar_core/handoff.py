@@ -195,6 +195,8 @@ def drain(roar, blocking: bool = True, locked_fd: int | None = None) -> list:
     """Record every pending session; returns the RecordedTasks.  With blocking=False,
     returns [] at once if another recorder is draining.  `locked_fd`: the lock is already
     held through this descriptor (handed over by spawn_recorder); it is released here."""
+    from roar_core.recorder import gc_paused
+
     fd = locked_fd if locked_fd is not None else _lock(roar.config, blocking)
     if fd is None:
         return []
@@ -203,7 +205,8 @@ def drain(roar, blocking: bool = True, locked_fd: int | None = None) -> list:
         while batch := pending(roar.config):
             for d in batch:
                 try:
-                    done.append(_record_session(roar, d))
+                    with gc_paused():
+                        done.append(_record_session(roar, d))
                 except Exception as e:  # keep the session for a later attempt
                     print(f"roar-core: warning: cannot record {d.name}: "
                           f"{type(e).__name__}: {e}", file=sys.stderr)
@@ -229,7 +232,7 @@ def main() -> None:
         while pending(cfg) and drain(roar, blocking=False):
             pass
     finally:
-        roar.close(timeout=5.0)
+        roar.close(timeout=60.0)  # in the background: a large backlog may take a while
 
 
 if __name__ == "__main__":

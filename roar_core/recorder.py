@@ -8,9 +8,11 @@ producer's identity, with the path actually read in `symlinks`.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -73,6 +75,25 @@ class RecordedTask:
 
 def now() -> datetime:
     return datetime.now(timezone.utc)
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a task is recorded.
+
+    Recording allocates a few objects per traced operation, none of them in cycles; in a
+    process that has imported SQLAlchemy and the OpenLineage client, each full collection
+    those allocations trigger walks every live object (measured: half the time spent
+    reading a 15,000-record trace).  Reference counting still frees everything at once.
+    Nested or concurrent pauses are fine: only the one that found GC enabled re-enables it.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _task_info(meta: TaskMeta, dropped: int, command: list[str] | None) -> emission.TaskInfo:
@@ -170,6 +191,11 @@ class Recorder:
 
     def record(self, meta: TaskMeta, outcome: TaskOutcome, records: list[Record],
                untraceable: list[str] | None = None) -> RecordedTask:
+        with gc_paused():
+            return self._record(meta, outcome, records, untraceable)
+
+    def _record(self, meta: TaskMeta, outcome: TaskOutcome, records: list[Record],
+                untraceable: list[str] | None) -> RecordedTask:
         decl = meta.declared
         code = [os.fsencode(os.path.realpath(p)) for p in decl.code] if decl else []
         io = classify(records, self.keep, code) if meta.traced else TaskIO()

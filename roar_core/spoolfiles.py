@@ -239,6 +239,17 @@ def pending_count(directory: Path) -> int:
     return count
 
 
+def pending_bytes(directory: Path) -> int:
+    """Bytes of records not yet delivered, over all segments (what a flush would send)."""
+    total = 0
+    for path in segment_paths(directory):
+        try:
+            total += max(0, path.stat().st_size - read_ack(ack_path(path)))
+        except FileNotFoundError:
+            continue
+    return total
+
+
 def remove_stale(directory: Path) -> None:
     """Delete leftovers of removed segments and of writers that died while creating one."""
     for path in directory.iterdir():

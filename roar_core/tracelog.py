@@ -138,13 +138,19 @@ def _decode_tag(raw: bytes) -> str | None:
     return raw.decode("utf-8", "surrogateescape") if raw else None
 
 
+_HEAD = struct.Struct("<IHH")
+
+
 def _records(buf, end: int, start: int, final: bool) -> Iterator[tuple[int, Record | None]]:
     """Yield (offset after, record or None for a torn/skipped one) from data offset start."""
     off = start
-    unpack = _RECORD.unpack_from
+    unpack, head = _RECORD.unpack_from, _HEAD.unpack_from
     base = HEADER_SIZE
+    # A task's records carry one of a handful of tags: decode each once (this loop runs
+    # once per traced file operation, so it is kept to one unpack and three slices).
+    tags: dict[bytes, str | None] = {b"": None}
     while off + 8 <= end:
-        size, op, state = struct.unpack_from("<IHH", buf, base + off)
+        size, op, state = head(buf, base + off)
         if size == 0:
             if not final:
                 return  # a writer has reserved this space and not yet written it
@@ -175,15 +181,18 @@ def _records(buf, end: int, start: int, final: bool) -> Iterator[tuple[int, Reco
         f = unpack(buf, base + off)
         tag_len, path_len, path2_len = f[19], f[20], f[21]
         p = base + off + RECORD_FIXED
-        tag = bytes(buf[p: p + tag_len])
+        raw_tag = buf[p: p + tag_len]
+        tag = tags.get(raw_tag)
+        if tag is None and raw_tag:
+            tag = tags[raw_tag] = _decode_tag(raw_tag)
         p += tag_len + 1
-        path = bytes(buf[p: p + path_len])
+        path = buf[p: p + path_len]
         p += path_len + 1
-        path2 = bytes(buf[p: p + path2_len])
         off += size
         yield off, Record(
             op, f[3], f[4], f[5], f[7], f[6], f[8], f[9], f[10], f[11], f[12], f[13],
-            f[14], f[15], f[16], f[17], f[18], _decode_tag(tag), path, path2,
+            f[14], f[15], f[16], f[17], f[18], tag, path,
+            buf[p: p + path2_len] if path2_len else b"",
         )
 
 

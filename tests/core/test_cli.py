@@ -364,6 +364,25 @@ def test_flush_sends_the_backlog(tmp_path: Path) -> None:
     assert kinds == ["START", "COMPLETE"]
 
 
+def test_run_wait_hands_a_large_backlog_to_a_background_sender(tmp_path: Path) -> None:
+    # ~700 bytes of event per output: 1,000 outputs make a backlog `--wait` does not send
+    # itself. The lineage is stored and spooled before it exits; the events arrive after.
+    cli = make_cli(tmp_path)
+    script = "mkdir out; for i in $(seq 1000); do echo $i > out/f$i; done"
+    proc = cli("run", "--wait", "--job", "many", "--", "bash", "-c", script)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert "in the background" in proc.stderr.decode()
+    proc = cli("flush", "--timeout", "60")
+    assert proc.returncode == 0 and proc.stdout.endswith(b"pending 0\n"), proc.stdout
+    events = Path(cli.env["ROAR_HOME"]) / "openlineage" / "events.jsonl"
+    by_kind = {e["eventType"]: e for e in map(json.loads, events.read_text().splitlines())}
+    assert set(by_kind) == {"START", "COMPLETE"}
+    outputs = by_kind["COMPLETE"]["outputs"]
+    assert len(outputs) == 1000
+    first = next(o for o in outputs if o["name"].endswith("/out/f1"))
+    assert first["facets"]["version"]["datasetVersion"] == b3(cli.cwd / "out" / "f1")
+
+
 # ---- in-process pieces ----------------------------------------------------------------------
 
 
