@@ -28,14 +28,13 @@ from roar_core import config as config_mod
 from roar_core import graph as graph_mod
 from roar_core.classification import display_name
 from roar_core.cli import CLOSE_TIMEOUT_S, EXIT_USAGE, CliError
-
-# A backlog this small is sent before `run --wait` exits (a few ms of the client's time).
-INLINE_DELIVERY_BYTES = 256 * 1024
 from roar_core.lineage import LineageGraph, RunNode, is_digest
 from roar_core.runner import RunResult, how_it_ended
 from roar_core.store import DB_FILENAME, AccessRecord, Store, StoreError, TaskRunRecord
 
 PROGRESS_DELAY_S = 1.0  # hashing shorter than this shows no progress bar
+# A backlog this small is sent before `run --wait` exits (a few ms of the client's time).
+INLINE_DELIVERY_BYTES = 256 * 1024
 LIST_MAX = 5  # files per role listed in the summary after `run`
 ROLE_VERBS = {
     "output": "written by",

@@ -1,4 +1,4 @@
-"""Build OpenLineage `RunEvent`s for tasks and workflow runs.
+"""Build OpenLineage run events for tasks and workflow runs.
 
 Pure functions over small records: no I/O, no transport (the spool sends). One run per task:
 START at begin, COMPLETE/FAIL/ABORT at end with the task's inputs and outputs, linked to the
@@ -6,12 +6,21 @@ workflow run by the `parent` facet. Files are named by path (`file` namespace) o
 and carry their blake3 digest as `version` and `contentHash`, so consumers can join runs by
 content even when paths differ.
 
+Events are built directly as JSON-ready dicts (`Event`): exactly what the client's
+`Serde.to_dict` gives for its `RunEvent` (no nulls, enums as their values, every facet with
+`_producer` and `_schemaURL`), but without the client's attrs objects per dataset: their
+validators and `Serde`'s rebuild of the tree cost ~75 us per file, more than a task's whole
+per-file budget. The spool encodes an `Event` with plain `json.dumps`. The client's classes
+appear only where an engine needs them (`input_dataset`/`output_dataset` for Airflow's
+provider) and for the facets integrations pass in.
+
 Everything that could hold a secret (command line, error text) is masked here, at the last
 point before an event exists, so no caller can forget it.
 """
 
 from __future__ import annotations
 
+import json
 import posixpath
 import re
 from collections.abc import Mapping
@@ -23,9 +32,8 @@ from typing import Any
 from urllib.parse import urlsplit
 from uuid import UUID
 
-from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, RunEvent, RunState
+from openlineage.client.event_v2 import InputDataset, OutputDataset, RunEvent, RunState
 from openlineage.client.facet_v2 import (
-    DatasetFacet,
     JobFacet,
     RunFacet,
     dataset_version_dataset,
@@ -178,9 +186,10 @@ class _Lineage:
     error_language: str = "python"
     source_code: SourceCode | None = None
     code_location: CodeLocation | None = None
-    run_facets: Mapping[str, RunFacet] = field(default_factory=dict)
-    """Extra run facets (integration-specific); roar's own facets win on a key clash."""
-    job_facets: Mapping[str, JobFacet] = field(default_factory=dict)
+    run_facets: Mapping[str, RunFacet | Mapping[str, Any]] = field(default_factory=dict)
+    """Extra run facets (integration-specific): the client's facet objects or JSON-ready dicts.
+    roar's own facets win on a key clash."""
+    job_facets: Mapping[str, JobFacet | Mapping[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -228,46 +237,86 @@ def s3_dataset(uri: str) -> tuple[str, str]:
 # ---- events -------------------------------------------------------------------------------
 
 
-def start_event(t: TaskLineage) -> RunEvent:
+class Event(dict[str, Any]):
+    """A run event as JSON-ready data: what `Serde.to_dict` gives for the client's `RunEvent`.
+
+    The type promises that the data holds only JSON types and no nulls (the client's serializer
+    would drop those), so `to_json` and the spool encode it with plain `json.dumps` and sorted
+    keys, byte for byte what `Serde.to_json` writes. Code that edits an Event must keep that
+    promise, or hand over a plain dict instead (those go through the client's serializer).
+    """
+
+    __slots__ = ()
+
+
+# Schema URLs of the event and of each facet class: constants of the classes, read once here
+# rather than per facet object (the client's base facet fills `_schemaURL` in every __init__).
+_EVENT_SCHEMA = RunEvent._get_schema()
+_VERSION_SCHEMA = dataset_version_dataset.DatasetVersionDatasetFacet._get_schema()
+_CONTENT_HASH_SCHEMA = ContentHashDatasetFacet._get_schema()
+_LIFECYCLE_SCHEMA = lifecycle_state_change_dataset.LifecycleStateChangeDatasetFacet._get_schema()
+_SYMLINKS_SCHEMA = symlinks_dataset.SymlinksDatasetFacet._get_schema()
+_OUTPUT_STATISTICS_SCHEMA = (
+    output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet._get_schema()
+)
+_PARENT_SCHEMA = parent_run.ParentRunFacet._get_schema()
+_PROCESSING_ENGINE_SCHEMA = processing_engine_run.ProcessingEngineRunFacet._get_schema()
+_ERROR_MESSAGE_SCHEMA = error_message_run.ErrorMessageRunFacet._get_schema()
+_JOB_TYPE_SCHEMA = job_type_job.JobTypeJobFacet._get_schema()
+_SOURCE_CODE_SCHEMA = source_code_job.SourceCodeJobFacet._get_schema()
+_SOURCE_CODE_LOCATION_SCHEMA = source_code_location_job.SourceCodeLocationJobFacet._get_schema()
+_ROAR_TASK_SCHEMA = RoarTaskRunFacet._get_schema()
+_ROAR_IO_SCHEMA = RoarIORunFacet._get_schema()
+
+
+def start_event(t: TaskLineage) -> Event:
     return _task_event(RunState.START, t)
 
 
-def complete_event(t: TaskLineage) -> RunEvent:
+def complete_event(t: TaskLineage) -> Event:
     return _task_event(RunState.COMPLETE, t)
 
 
-def fail_event(t: TaskLineage) -> RunEvent:
+def fail_event(t: TaskLineage) -> Event:
     return _task_event(RunState.FAIL, t)
 
 
-def abort_event(t: TaskLineage) -> RunEvent:
+def abort_event(t: TaskLineage) -> Event:
     return _task_event(RunState.ABORT, t)
 
 
-def workflow_start(w: WorkflowLineage) -> RunEvent:
+def workflow_start(w: WorkflowLineage) -> Event:
     return _event(RunState.START, w, w.job_type)
 
 
-def workflow_complete(w: WorkflowLineage) -> RunEvent:
+def workflow_complete(w: WorkflowLineage) -> Event:
     return _event(RunState.COMPLETE, w, w.job_type)
 
 
-def workflow_fail(w: WorkflowLineage) -> RunEvent:
+def workflow_fail(w: WorkflowLineage) -> Event:
     return _event(RunState.FAIL, w, w.job_type)
 
 
-def workflow_abort(w: WorkflowLineage) -> RunEvent:
+def workflow_abort(w: WorkflowLineage) -> Event:
     return _event(RunState.ABORT, w, w.job_type)
 
 
-def to_dict(event: RunEvent) -> dict[str, Any]:
-    """The event as JSON-ready data, as the client serializes it (no nulls)."""
-    return Serde.to_dict(event)
+def to_dict(event: Event | RunEvent | Mapping[str, Any]) -> dict[str, Any]:
+    """The event as JSON-ready data, as the client serializes it (no nulls).
+
+    An `Event` already is that: it comes back as a plain dict (the top level copied, the
+    rest shared). The client's `RunEvent` and other mappings go through its serializer.
+    """
+    if isinstance(event, Event):
+        return dict(event)
+    return Serde.to_dict(dict(event) if isinstance(event, Mapping) else event)
 
 
-def to_json(event: RunEvent) -> str:
-    """Deterministic JSON (sorted keys, no nulls): the client's own serializer."""
-    return Serde.to_json(event)
+def to_json(event: Event | RunEvent | Mapping[str, Any]) -> str:
+    """Deterministic JSON (sorted keys, no nulls), byte for byte the client's `Serde.to_json`."""
+    if isinstance(event, Event):
+        return json.dumps(event, sort_keys=True)
+    return Serde.to_json(dict(event) if isinstance(event, Mapping) else event)
 
 
 # ---- pieces of a task event, for integrations whose engine emits the event itself -----------
@@ -275,38 +324,57 @@ def to_json(event: RunEvent) -> str:
 
 
 def input_dataset(d: Dataset) -> InputDataset:
-    """A recorded input as the client's `InputDataset`, with roar's dataset facets."""
-    return _input(d)
+    """A recorded input as the client's `InputDataset`, with roar's dataset facets.
+
+    The facets are the JSON-ready dicts our own events carry (the client serializes dict
+    facets as they are), so both paths share one builder."""
+    data = _input(d, producer())
+    return InputDataset(
+        namespace=data["namespace"],
+        name=data["name"],
+        facets=data.get("facets"),
+        inputFacets=data["inputFacets"],
+    )
 
 
 def output_dataset(d: Dataset) -> OutputDataset:
-    """A recorded output as the client's `OutputDataset`, with roar's dataset facets."""
-    return _output(d)
+    """A recorded output as the client's `OutputDataset`, with roar's dataset facets (dicts,
+    as for `input_dataset`)."""
+    data = _output(d, producer())
+    return OutputDataset(
+        namespace=data["namespace"],
+        name=data["name"],
+        facets=data.get("facets"),
+        outputFacets=data.get("outputFacets"),
+    )
 
 
-def task_run_facets(t: TaskLineage) -> dict[str, RunFacet]:
+def task_run_facets(t: TaskLineage) -> dict[str, dict[str, Any]]:
     """roar's own run facets of a task event (`roar_task`, `roar_io`), without the envelope
-    facets (parent, processing engine, error) that the emitting engine adds itself."""
-    run_facets: dict[str, RunFacet] = {}
+    facets (parent, processing engine, error) that the emitting engine adds itself.
+
+    JSON-ready dicts, as in our events; the client serializes dict facets as they are."""
+    run_facets: dict[str, dict[str, Any]] = {}
     if t.task is not None:
         run_facets["roar_task"] = _task_facet(t.task)
-    if t.io is not None:
-        run_facets["roar_io"] = RoarIORunFacet(
-            undeclaredReads=t.io.undeclared_reads,
-            undeclaredWrites=t.io.undeclared_writes,
-            declaredUntouched=t.io.declared_untouched,
-            producer=producer(),
+    if (io := t.io) is not None:
+        run_facets["roar_io"] = _facet(
+            _ROAR_IO_SCHEMA,
+            undeclaredReads=_copy(io.undeclared_reads),
+            undeclaredWrites=_copy(io.undeclared_writes),
+            declaredUntouched=_copy(io.declared_untouched),
         )
     return run_facets
 
 
-def _task_event(state: RunState, t: TaskLineage) -> RunEvent:
+def _task_event(state: RunState, t: TaskLineage) -> Event:
+    p = producer()
     return _event(
         state,
         t,
         t.job_type,
-        inputs=[_input(d) for d in t.inputs],
-        outputs=[_output(d) for d in t.outputs],
+        inputs=[_input(d, p) for d in t.inputs],
+        outputs=[_output(d, p) for d in t.outputs],
         run_facets=task_run_facets(t),
     )
 
@@ -316,58 +384,81 @@ def _event(
     info: _Lineage,
     job_type: JobType,
     *,
-    inputs: list[InputDataset] | None = None,
-    outputs: list[OutputDataset] | None = None,
-    run_facets: dict[str, RunFacet] | None = None,
-) -> RunEvent:
+    inputs: list[dict[str, Any]] | None = None,
+    outputs: list[dict[str, Any]] | None = None,
+    run_facets: dict[str, dict[str, Any]] | None = None,
+) -> Event:
     namespace = _nonempty(info.namespace, "job namespace")
     job_name = _nonempty(info.job_name, "job name")
-    facets: dict[str, RunFacet] = {**info.run_facets, **(run_facets or {})}
+    facets = {**_plain_facets(info.run_facets), **(run_facets or {})}
     if info.parent is not None:
         facets["parent"] = _parent_facet(info.parent, info.root or info.parent)
     elif info.root is not None:
         raise ValueError("root run given without a parent run")
     if info.engine is not None:
-        facets["processing_engine"] = processing_engine_run.ProcessingEngineRunFacet(
+        facets["processing_engine"] = _facet(
+            _PROCESSING_ENGINE_SCHEMA,
             version=_nonempty(info.engine.version, "engine version"),
             name=_nonempty(info.engine.name, "engine name"),
             openlineageAdapterVersion=roar_version(),
-            producer=producer(),
         )
     if state in (RunState.FAIL, RunState.ABORT) and info.error_message:
-        facets["errorMessage"] = error_message_run.ErrorMessageRunFacet(
+        facets["errorMessage"] = _facet(
+            _ERROR_MESSAGE_SCHEMA,
             message=redact_text(info.error_message),
             programmingLanguage=info.error_language,
             stackTrace=redact_text(info.stack_trace) if info.stack_trace else None,
-            producer=producer(),
         )
-    return RunEvent(
-        eventType=state,
+    return Event(
         eventTime=_event_time(info.event_time),
-        run=Run(runId=_run_id(info.run_id), facets=facets),
-        job=Job(namespace=namespace, name=job_name, facets=_job_facets(info, job_type)),
+        eventType=state.value,
+        producer=producer(),
+        schemaURL=_EVENT_SCHEMA,
+        run={"runId": _run_id(info.run_id), "facets": facets},
+        job={"namespace": namespace, "name": job_name, "facets": _job_facets(info, job_type)},
         inputs=inputs or [],
         outputs=outputs or [],
-        producer=producer(),
     )
 
 
-def _job_facets(info: _Lineage, job_type: JobType) -> dict[str, JobFacet]:
-    facets: dict[str, JobFacet] = dict(info.job_facets)
-    facets["jobType"] = job_type_job.JobTypeJobFacet(
+def _facet(schema_url: str, **fields: Any) -> dict[str, Any]:
+    """A facet as the client serializes it: base fields, and the fields that are not None
+    (the client drops nulls). For the few facets of an event, not the per-file ones."""
+    facet: dict[str, Any] = {"_producer": producer(), "_schemaURL": schema_url}
+    facet.update((key, value) for key, value in fields.items() if value is not None)
+    return facet
+
+
+def _copy(items: list[str] | None) -> list[str] | None:
+    # The event must not share a list the caller may still change.
+    return None if items is None else list(items)
+
+
+def _plain_facets(facets: Mapping[str, Any]) -> dict[str, Any]:
+    # Facets from integrations, a few per event: the client's objects or dicts of unknown
+    # content, both through its serializer so that the event stays null-free.
+    return {
+        key: Serde.to_dict(dict(f) if isinstance(f, Mapping) else f) for key, f in facets.items()
+    }
+
+
+def _job_facets(info: _Lineage, job_type: JobType) -> dict[str, Any]:
+    facets = _plain_facets(info.job_facets)
+    facets["jobType"] = _facet(
+        _JOB_TYPE_SCHEMA,
         processingType=job_type.processing_type,
         integration=job_type.integration,
         jobType=job_type.job_type,
-        producer=producer(),
     )
     if info.source_code is not None:
-        facets["sourceCode"] = source_code_job.SourceCodeJobFacet(
+        facets["sourceCode"] = _facet(
+            _SOURCE_CODE_SCHEMA,
             language=info.source_code.language,
             sourceCode=info.source_code.source,
-            producer=producer(),
         )
     if (loc := info.code_location) is not None:
-        facets["sourceCodeLocation"] = source_code_location_job.SourceCodeLocationJobFacet(
+        facets["sourceCodeLocation"] = _facet(
+            _SOURCE_CODE_LOCATION_SCHEMA,
             type=loc.type,
             url=redact_text(loc.url),
             repoUrl=redact_text(loc.repo_url) if loc.repo_url else None,
@@ -375,13 +466,13 @@ def _job_facets(info: _Lineage, job_type: JobType) -> dict[str, JobFacet]:
             version=loc.version,
             tag=loc.tag,
             branch=loc.branch,
-            producer=producer(),
         )
     return facets
 
 
-def _task_facet(task: TaskInfo) -> RoarTaskRunFacet:
-    return RoarTaskRunFacet(
+def _task_facet(task: TaskInfo) -> dict[str, Any]:
+    return _facet(
+        _ROAR_TASK_SCHEMA,
         engine=_nonempty(task.engine, "task engine"),
         engineTaskId=_nonempty(task.engine_task_id, "engine task id"),
         host=_nonempty(task.host, "task host"),
@@ -395,100 +486,119 @@ def _task_facet(task: TaskInfo) -> RoarTaskRunFacet:
         # a caller that forgot cannot leak.
         command=redact_argv(task.command) if task.command is not None else None,
         parentTaskId=task.parent_task_id,
-        producer=producer(),
     )
 
 
-def _parent_facet(parent: RunRef, root: RunRef) -> parent_run.ParentRunFacet:
-    return parent_run.ParentRunFacet(
-        run=parent_run.Run(runId=_run_id(parent.run_id)),
-        job=parent_run.Job(
-            namespace=_nonempty(parent.namespace, "parent namespace"),
-            name=_nonempty(parent.job_name, "parent job name"),
-        ),
-        root=parent_run.Root(
-            run=parent_run.RootRun(runId=_run_id(root.run_id)),
-            job=parent_run.RootJob(
-                namespace=_nonempty(root.namespace, "root namespace"),
-                name=_nonempty(root.job_name, "root job name"),
-            ),
-        ),
-        producer=producer(),
+def _parent_facet(parent: RunRef, root: RunRef) -> dict[str, Any]:
+    # The client's Run/Job/RootRun/RootJob of this facet serialize with empty `facets`.
+    return _facet(
+        _PARENT_SCHEMA,
+        run={"runId": _run_id(parent.run_id), "facets": {}},
+        job={
+            "namespace": _nonempty(parent.namespace, "parent namespace"),
+            "name": _nonempty(parent.job_name, "parent job name"),
+            "facets": {},
+        },
+        root={
+            "run": {"runId": _run_id(root.run_id), "facets": {}},
+            "job": {
+                "namespace": _nonempty(root.namespace, "root namespace"),
+                "name": _nonempty(root.job_name, "root job name"),
+                "facets": {},
+            },
+        },
     )
 
 
-def _dataset_facets(d: Dataset) -> dict[str, DatasetFacet]:
-    facets: dict[str, DatasetFacet] = {}
-    if d.size is not None and (not isinstance(d.size, int) or d.size < 0):
-        raise ValueError(f"dataset {d.name!r}: size must be a non-negative int, got {d.size!r}")
-    if d.digest is not None:
-        if not _HEX_DIGEST.fullmatch(d.digest):
+# Per file of a task (thousands of them): literal dicts, no per-facet helper calls. `p` is
+# `producer()`, looked up once per event.
+
+
+def _dataset_facets(d: Dataset, p: str) -> dict[str, Any]:
+    size = d.size
+    if size is not None and (not isinstance(size, int) or size < 0):
+        raise ValueError(f"dataset {d.name!r}: size must be a non-negative int, got {size!r}")
+    facets: dict[str, Any] = {}
+    if (digest := d.digest) is not None:
+        if not _HEX_DIGEST.fullmatch(digest):
             raise ValueError(
-                f"dataset {d.name!r}: digest must be 64 lowercase hex chars, got {d.digest!r}"
+                f"dataset {d.name!r}: digest must be 64 lowercase hex chars, got {digest!r}"
             )
-        facets["version"] = dataset_version_dataset.DatasetVersionDatasetFacet(
-            datasetVersion=f"{HASH_ALGORITHM}:{d.digest}", producer=producer()
-        )
-        facets["contentHash"] = ContentHashDatasetFacet(
-            digest=d.digest, algorithm=HASH_ALGORITHM, size=d.size, producer=producer()
-        )
+        facets["version"] = {
+            "_producer": p,
+            "_schemaURL": _VERSION_SCHEMA,
+            "datasetVersion": f"{HASH_ALGORITHM}:{digest}",
+        }
+        content: dict[str, Any] = {
+            "_producer": p,
+            "_schemaURL": _CONTENT_HASH_SCHEMA,
+            "digest": digest,
+            "algorithm": HASH_ALGORITHM,
+        }
+        if size is not None:
+            content["size"] = size
+        facets["contentHash"] = content
     if d.lifecycle is not None:
-        facets["lifecycleStateChange"] = _lifecycle_facet(d)
+        facets["lifecycleStateChange"] = _lifecycle_facet(d, p)
     if d.symlinks:
-        facets["symlinks"] = symlinks_dataset.SymlinksDatasetFacet(
-            identifiers=[
-                symlinks_dataset.Identifier(
-                    namespace=_nonempty(ns, "symlink namespace"),
-                    name=_nonempty(name, "symlink name"),
-                    type=SYMLINK_TYPE,
-                )
+        facets["symlinks"] = {
+            "_producer": p,
+            "_schemaURL": _SYMLINKS_SCHEMA,
+            "identifiers": [
+                {
+                    "namespace": _nonempty(ns, "symlink namespace"),
+                    "name": _nonempty(name, "symlink name"),
+                    "type": SYMLINK_TYPE,
+                }
                 for ns, name in d.symlinks
             ],
-            producer=producer(),
-        )
+        }
     return facets
 
 
-def _lifecycle_facet(d: Dataset) -> lifecycle_state_change_dataset.LifecycleStateChangeDatasetFacet:
+def _lifecycle_facet(d: Dataset, p: str) -> dict[str, Any]:
     if d.lifecycle not in _LIFECYCLES:
         raise ValueError(
             f"dataset {d.name!r}: lifecycle {d.lifecycle!r} is not one of {', '.join(_LIFECYCLES)}"
         )
-    previous = None
+    facet = {"_producer": p, "_schemaURL": _LIFECYCLE_SCHEMA, "lifecycleStateChange": d.lifecycle}
     if d.previous is not None:
         ns, name = d.previous
-        previous = lifecycle_state_change_dataset.PreviousIdentifier(
-            name=_nonempty(name, "previous name"), namespace=_nonempty(ns, "previous namespace")
-        )
-    return lifecycle_state_change_dataset.LifecycleStateChangeDatasetFacet(
-        lifecycleStateChange=lifecycle_state_change_dataset.LifecycleStateChange(d.lifecycle),
-        previousIdentifier=previous,
-        producer=producer(),
-    )
-
-
-def _input(d: Dataset) -> InputDataset:
-    return InputDataset(
-        namespace=_nonempty(d.namespace, "dataset namespace"),
-        name=_nonempty(d.name, "dataset name"),
-        facets=_dataset_facets(d) or None,
-    )
-
-
-def _output(d: Dataset) -> OutputDataset:
-    output_facets = None
-    if d.size is not None:
-        output_facets = {
-            "outputStatistics": output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
-                size=d.size, fileCount=1, producer=producer()
-            )
+        facet["previousIdentifier"] = {
+            "name": _nonempty(name, "previous name"),
+            "namespace": _nonempty(ns, "previous namespace"),
         }
-    return OutputDataset(
-        namespace=_nonempty(d.namespace, "dataset namespace"),
-        name=_nonempty(d.name, "dataset name"),
-        facets=_dataset_facets(d) or None,
-        outputFacets=output_facets,
-    )
+    return facet
+
+
+def _input(d: Dataset, p: str) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "namespace": _nonempty(d.namespace, "dataset namespace"),
+        "name": _nonempty(d.name, "dataset name"),
+    }
+    if facets := _dataset_facets(d, p):
+        data["facets"] = facets
+    data["inputFacets"] = {}  # the client's InputDataset serializes an empty one
+    return data
+
+
+def _output(d: Dataset, p: str) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "namespace": _nonempty(d.namespace, "dataset namespace"),
+        "name": _nonempty(d.name, "dataset name"),
+    }
+    if facets := _dataset_facets(d, p):
+        data["facets"] = facets
+    if d.size is not None:
+        data["outputFacets"] = {
+            "outputStatistics": {
+                "_producer": p,
+                "_schemaURL": _OUTPUT_STATISTICS_SCHEMA,
+                "size": d.size,
+                "fileCount": 1,
+            }
+        }
+    return data
 
 
 def _nonempty(value: str | None, what: str) -> str:

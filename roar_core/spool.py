@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from openlineage.client.serde import Serde
 
 from roar_core import delivery, tracer
+from roar_core.emission import Event
 from roar_core.redact import redact_text
 from roar_core.spoolfiles import (
     REJECTED,
@@ -131,10 +132,20 @@ class Spool:
         lineage must never fail the user's task. After `close`, events are still spooled for
         the next sender or `roar-core flush`, only not sent from this process.
         """
-        # The client's own serializer: what we spool is exactly what it would send.
-        body = Serde.to_json(
-            dict(event) if isinstance(event, Mapping) else event, separators=(",", ":")
-        )
+        if isinstance(event, Event):
+            # roar's own events are JSON-ready and null-free by construction: plain json.dumps
+            # writes exactly what the client's serializer would, at a fraction of its cost
+            # (it rebuilds the whole tree to drop nulls, ~40 us per file of a big task). An
+            # Event is a tree emission built: no cycle to look for.
+            body = json.dumps(
+                event, sort_keys=True, separators=(",", ":"), check_circular=False
+            )
+        else:
+            # The client's `RunEvent`, or a mapping of unknown content: its own serializer,
+            # so that what we spool is exactly what it would send.
+            body = Serde.to_json(
+                dict(event) if isinstance(event, Mapping) else event, separators=(",", ":")
+            )
         try:
             self._writer.write(body.encode())
         except OSError as e:

@@ -10,7 +10,6 @@ from uuid import UUID
 import attr
 import pytest
 from jsonschema.exceptions import ValidationError
-from openlineage.client.event_v2 import RunEvent
 
 from roar_core import emission as em
 from roar_core import facets
@@ -67,17 +66,17 @@ def task(**kw: Any) -> em.TaskLineage:
     return em.TaskLineage(**{**base, **kw})
 
 
-def as_dict(event: RunEvent) -> dict[str, Any]:
+def as_dict(event: em.Event) -> dict[str, Any]:
     return json.loads(em.to_json(event))
 
 
-TASK_EVENTS: dict[str, Callable[[em.TaskLineage], RunEvent]] = {
+TASK_EVENTS: dict[str, Callable[[em.TaskLineage], em.Event]] = {
     "START": em.start_event,
     "COMPLETE": em.complete_event,
     "FAIL": em.fail_event,
     "ABORT": em.abort_event,
 }
-WORKFLOW_EVENTS: dict[str, Callable[[em.WorkflowLineage], RunEvent]] = {
+WORKFLOW_EVENTS: dict[str, Callable[[em.WorkflowLineage], em.Event]] = {
     "START": em.workflow_start,
     "COMPLETE": em.workflow_complete,
     "FAIL": em.workflow_fail,

@@ -121,7 +121,7 @@ def make_spool(tmp_path: Path, endpoint: Endpoint) -> Iterator[Callable[..., Spo
         spool.close()
 
 
-def lineage_events(runs: int = 3) -> list[RunEvent]:
+def lineage_events(runs: int = 3) -> list[em.Event]:
     """A workflow run and `runs` tasks, their START and COMPLETE events interleaved."""
     clock = iter(T0 + timedelta(seconds=i) for i in range(100))
     wf = em.WorkflowLineage(namespace="ns", job_name="wf", run_id=em.new_run_id())
