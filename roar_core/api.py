@@ -209,7 +209,8 @@ class Roar:
     def close(self, timeout: float = 10.0) -> None:
         self.finalize(timeout)
         if self.spool is not None:
-            self.spool.flush(timeout)
+            if timeout > 0:
+                self.spool.flush(timeout)
             self.spool.close()
         self.hasher.close()
         self.cache.close()
