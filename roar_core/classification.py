@@ -22,10 +22,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from roar_core.hashing import FileState
-from roar_core.tracelog import RF_EXISTED, RF_MODIFIED, RF_STAT, RF_UNTRACEABLE, Record
+from roar_core.tracelog import OP, RF_EXISTED, RF_MODIFIED, RF_STAT, RF_UNTRACEABLE, Record
 
 O_ACCMODE = os.O_RDONLY | os.O_WRONLY | os.O_RDWR
 O_TMPFILE = getattr(os, "O_TMPFILE", 0o20200000)
+OP_OPEN, OP_CLOSE, OP_RENAME, OP_LINK = OP["open"], OP["close"], OP["rename"], OP["link"]
+OP_UNLINK, OP_TRUNCATE, OP_MKDIR, OP_RMDIR = OP["unlink"], OP["truncate"], OP["mkdir"], OP["rmdir"]
+OP_START = OP["start"]
+_COMMAND_OPS = frozenset((OP["exec"], OP["spawn"], OP_START))
 
 SYSTEM_PREFIXES = (
     b"/usr/", b"/lib/", b"/lib64/", b"/lib32/", b"/bin/", b"/sbin/", b"/etc/", b"/proc/",
@@ -101,6 +105,7 @@ class FileAccess:
     pre_state: FileState | None = None  # inputs also written: the version that was read
     first_ns: int = 0
     existed: bool = False  # the path existed before the task (outputs: an overwrite)
+    state: FileState | None = None  # a regular file's stat at classification (task ended)
 
 
 @dataclass
@@ -197,17 +202,17 @@ def classify(records: Iterable[Record], keep: PathFilter,
         return real, s
 
     for r in records:
-        op = r.op_name
-        if op in ("exec", "spawn", "start"):
+        op = r.op
+        if op in _COMMAND_OPS:
             argv = r.argv
-            if argv and op != "start":
+            if argv and op != OP_START:
                 io.commands.append([display_name(a) for a in argv])
-            if r.path and op != "start" and r.has(RF_UNTRACEABLE):
+            if r.path and op != OP_START and r.has(RF_UNTRACEABLE):
                 io.untraceable.append(display_name(r.path))
             continue
         if not r.ok or not r.path:
             continue
-        if op == "open":
+        if op == OP_OPEN:
             if r.flags & O_TMPFILE == O_TMPFILE:
                 continue
             got = state(r.path, r.mono_ns)
@@ -242,10 +247,10 @@ def classify(records: Iterable[Record], keep: PathFilter,
                 s.written = True
             elif r.has(RF_STAT):
                 s.baselines.append((r.st_size, r.st_mtime_ns, r.st_ctime_ns))
-        elif op == "close":
+        elif op == OP_CLOSE:
             if r.has(RF_MODIFIED) and (got := state(r.path, r.mono_ns)):
                 got[1].written = True
-        elif op in ("rename", "link"):
+        elif op == OP_RENAME or op == OP_LINK:
             src, dst = state(r.path, r.mono_ns), state(r.path2, r.mono_ns)
             if dst:
                 d = dst[1]
@@ -253,24 +258,24 @@ def classify(records: Iterable[Record], keep: PathFilter,
                 if d.existed is None:
                     d.existed = False
                 d.created = d.created or not d.existed
-            if src and op == "rename":
+            if src and op == OP_RENAME:
                 s = src[1]
                 if s.existed is None:
                     s.existed = not (s.created or s.written)
                 s.removed = True
-        elif op == "unlink":
+        elif op == OP_UNLINK:
             if got := state(r.path, r.mono_ns):
                 s = got[1]
                 if s.existed is None:
                     s.existed = True
                 s.removed = True
-        elif op == "truncate":
+        elif op == OP_TRUNCATE:
             if got := state(r.path, r.mono_ns):
                 s = got[1]
                 if s.existed is None:
                     s.existed = True
                 s.written, s.removed = True, False
-        elif op in ("mkdir", "rmdir"):
+        elif op == OP_MKDIR or op == OP_RMDIR:
             # A directory, even when it is gone by the end (a temp dir removed with
             # shutil.rmtree, which opens it without O_DIRECTORY): never a file.
             if got := state(r.path, r.mono_ns):
@@ -291,13 +296,14 @@ def classify(records: Iterable[Record], keep: PathFilter,
         if not s.written and s.baselines and st is not None:
             now = (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
             s.written = any(b != now for b in s.baselines)
-        via = sorted(display_name(v) for v in s.via if keep.keep(v))
+        via = sorted(display_name(v) for v in s.via if keep.keep(v)) if s.via else []
         name = display_name(path)
+        final = FileState.of(st) if st is not None and stat.S_ISREG(st.st_mode) else None
 
         def access(role: str, s: _State = s, via: list[str] = via, name: str = name,
-                   path: bytes = path) -> FileAccess:
+                   path: bytes = path, final: FileState | None = final) -> FileAccess:
             return FileAccess(path, name, role, via, s.pre_state if role == "input" else None,
-                              s.first_ns, bool(s.existed))
+                              s.first_ns, bool(s.existed), final)
 
         is_input = s.read_first and s.existed is not False
         if is_input:

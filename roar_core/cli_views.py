@@ -7,6 +7,7 @@ need it.
 
 from __future__ import annotations
 
+import gc
 import os
 import shlex
 import sys
@@ -284,6 +285,9 @@ def run_and_record(cfg: config_mod.Config, argv: list[str], job_name: str | None
     """`run --wait`: run, record here, summarise on stderr; returns the command's status."""
     from roar_core.runner import run_command
 
+    # A one-shot process: cyclic GC would only walk the recorded task's objects (thousands
+    # per thousand files) again and again before exit frees them all anyway.
+    gc.disable()
     err = stderr_console()
     progress = HashProgress(err)
     # No sender thread: delivery is decided below, once the lineage is stored and spooled.

@@ -15,7 +15,7 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
@@ -180,24 +180,31 @@ class Hasher:
         self,
         paths: Iterable[Path],
         progress: Callable[[int, int], None] | None = None,
+        known: Mapping[Path, FileState] | None = None,
     ) -> dict[Path, HashResult]:
         """Digests keyed by the paths as given; paths ``hash_file`` would answer None are left out.
 
         ``progress(done, total)`` is called from the calling thread as files complete.
+        ``known``: a stat of regular files taken just before (classification's, once the task
+        has ended), used as the "before" stat instead of taking another: the stat after the
+        read still has to agree with it, so a change in between is caught as any other.
         """
         unique = list(dict.fromkeys(paths))
         total = len(unique)
         results: dict[Path, HashResult] = {}
-        states = [_regular_state(p) for p in unique]
+        known = known or {}
+        states = [known.get(p) or _regular_state(p) for p in unique]
         hits = self._lookup(states)
         small: list[Path] = []
         large: list[Path] = []
+        before: dict[Path, FileState] = {}
         for path, state, digest in zip(unique, states, hits, strict=True):
             if state is None:
                 continue
             if digest is not None:
                 results[path] = HashResult(path, digest, state.size, state, True, True)
             else:
+                before[path] = state
                 (small if state.size < _INLINE_MAX else large).append(path)
         done = total - len(small) - len(large)
         if progress is not None and done:
@@ -226,7 +233,7 @@ class Hasher:
         # inline, 31 µs on 2 threads); they are hashed here meanwhile.
         futures = [self._get_pool().submit(self._hash_many, [p]) for p in large]
         for i in range(0, len(small), _BATCH):
-            collect(self._hash_many(small[i : i + _BATCH]))
+            collect(self._hash_many(small[i : i + _BATCH], before))
         for future in as_completed(futures):
             collect(future.result())
         self._store(fresh)
@@ -250,11 +257,18 @@ class Hasher:
             self.cache.put_many(fresh)
         fresh.clear()
 
-    def _hash_many(self, paths: list[Path]) -> list[tuple[Path, HashResult | None, bool]]:
-        return [(p, *self._hash_uncached(p)) for p in paths]
+    def _hash_many(
+        self, paths: list[Path], known: Mapping[Path, FileState] | None = None
+    ) -> list[tuple[Path, HashResult | None, bool]]:
+        known = known or {}
+        return [(p, *self._hash_uncached(p, known.get(p))) for p in paths]
 
-    def _hash_uncached(self, path: Path) -> tuple[HashResult | None, bool]:
-        """Read and hash ``path`` until two stats around the read agree; (result, cacheable)."""
+    def _hash_uncached(
+        self, path: Path, known: FileState | None = None
+    ) -> tuple[HashResult | None, bool]:
+        """Read and hash ``path`` until two stats around the read agree; (result, cacheable).
+        ``known``: a stat of the regular file taken just before, standing in for the first
+        "before" stat (it was taken earlier, so it can only make a change more visible)."""
         for attempt in range(self.max_retries + 1):
             try:
                 fd = os.open(path, _OPEN_FLAGS)
@@ -262,10 +276,13 @@ class Hasher:
                 _log.debug("cannot open %r: %s", path, exc)
                 return None, False
             try:
-                st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode):
-                    return None, False
-                before = FileState.of(st)
+                if known is not None and attempt == 0:
+                    before = known
+                else:
+                    st = os.fstat(fd)
+                    if not stat.S_ISREG(st.st_mode):
+                        return None, False
+                    before = FileState.of(st)
                 settled = time.time_ns() - before.ctime_ns >= self.racy_window_ns
                 digest, nbytes = self._hash_fd(fd, before.size)
             except OSError as exc:  # EIO, or a filesystem that refuses reads

@@ -212,8 +212,10 @@ class Recorder:
             meta.io_check = declared_mod.check(io, decl)
         if meta.command is None and io.commands:
             meta.command = io.commands[0]
-        paths = [a.path for a in io.inputs + io.outputs + io.code]
-        hashes = self.hasher.hash_files(paths, progress=self.progress) if paths else {}
+        hashed = io.inputs + io.outputs + io.code
+        known = {a.path: a.state for a in hashed if a.state is not None}
+        hashes = self.hasher.hash_files([a.path for a in hashed], progress=self.progress,
+                                        known=known) if hashed else {}
 
         accesses: list[Access] = []
         outputs: list[emission.Dataset] = []

@@ -32,6 +32,7 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import orjson
 from openlineage.client.serde import Serde
 
 from roar_core import delivery, tracer
@@ -133,21 +134,22 @@ class Spool:
         the next sender or `roar-core flush`, only not sent from this process.
         """
         if isinstance(event, Event):
-            # roar's own events are JSON-ready and null-free by construction: plain json.dumps
-            # writes exactly what the client's serializer would, at a fraction of its cost
-            # (it rebuilds the whole tree to drop nulls, ~40 us per file of a big task). An
-            # Event is a tree emission built: no cycle to look for.
-            body = json.dumps(
-                event, sort_keys=True, separators=(",", ":"), check_circular=False
-            )
+            # roar's own events are JSON-ready and null-free by construction: encoded as they
+            # are, they say exactly what the client's serializer would, at a fraction of its
+            # cost (it rebuilds the whole tree to drop nulls, ~40 us per file of a big task;
+            # orjson then takes ~1 us per file where json.dumps takes ~6).
+            try:
+                data = orjson.dumps(event, option=orjson.OPT_SORT_KEYS)
+            except orjson.JSONEncodeError:  # e.g. a lone surrogate, which json escapes
+                data = json.dumps(event, sort_keys=True, separators=(",", ":")).encode()
         else:
             # The client's `RunEvent`, or a mapping of unknown content: its own serializer,
             # so that what we spool is exactly what it would send.
-            body = Serde.to_json(
+            data = Serde.to_json(
                 dict(event) if isinstance(event, Mapping) else event, separators=(",", ":")
-            )
+            ).encode()
         try:
-            self._writer.write(body.encode())
+            self._writer.write(data)
         except OSError as e:
             log.warning("roar: could not spool an OpenLineage event in %s: %s", self.directory, e)
             return False
@@ -322,7 +324,7 @@ class Spool:
     def _deliver(self, client: OpenLineageClient, rec: Record) -> bool:
         """Send one record: True when done with it (delivered or set aside), False to retry."""
         try:
-            data = json.loads(rec.body)
+            data = orjson.loads(rec.body)
         except ValueError as e:
             self._report_unreadable(rec, f"not JSON ({e})")
             return True

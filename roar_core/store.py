@@ -20,6 +20,7 @@ import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Literal
 
@@ -574,44 +575,49 @@ class _Bulk:
 
     A task with thousands of files writes thousands of rows per statement; SQLAlchemy's
     executemany builds and type-converts every row's parameters in Python (measured: more
-    than the database's own insert).  Here the statement is compiled once per dialect, each
-    column's bind processor is looked up once, and a value repeated across rows (a batch's
-    timestamp) is converted once.
+    than the database's own insert).  Here the statement is compiled once per dialect, the
+    columns needing a bind processor are found once, and a value repeated across rows (a
+    batch's timestamp) is converted once.
     """
 
     def __init__(self, stmt: Any) -> None:
         self.stmt = stmt
-        self._plans: dict[str, tuple[str, list[tuple[str, Any]], bool]] = {}
+        self._plans: dict[str, tuple[str, list[str], list[tuple[int, Any]], bool]] = {}
 
-    def _plan(self, conn: Connection) -> tuple[str, list[tuple[str, Any]], bool]:
+    def _plan(self, conn: Connection) -> tuple[str, list[str], list[tuple[int, Any]], bool]:
         dialect = conn.dialect
         plan = self._plans.get(dialect.name)
         if plan is None:
             compiled = self.stmt.compile(dialect=dialect)
             names = list(compiled.positiontup) if compiled.positional else list(compiled.binds)
-            procs = [(n, compiled.binds[n].type.bind_processor(dialect)) for n in names]
-            plan = self._plans[dialect.name] = (compiled.string, procs, compiled.positional)
+            # dialect_impl: a TypeDecorator's own bind_processor skips its dialect's
+            # conversion (SQLite's datetime -> text), which SQLAlchemy chains only there.
+            procs = [(i, proc) for i, n in enumerate(names)
+                     if (proc := compiled.binds[n].type.dialect_impl(dialect)
+                         .bind_processor(dialect)) is not None]
+            plan = self._plans[dialect.name] = (compiled.string, names, procs,
+                                                compiled.positional)
         return plan
 
     def run(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
         if not rows:
             return
-        sql, procs, positional = self._plan(conn)
-        converted: dict[Any, Any] = {}
-
-        def value(name: str, proc: Any, row: dict[str, Any]) -> Any:
-            v = row[name]
-            if proc is None or v is None:
-                return v
-            key = (name, v)
-            if key not in converted:
-                converted[key] = proc(v)
-            return converted[key]
-
+        sql, names, procs, positional = self._plan(conn)
+        get = itemgetter(*names)
+        params: list[Any] = [list(get(r)) if len(names) > 1 else [get(r)] for r in rows]
+        converted: dict[tuple[int, Any], Any] = {}
+        for i, proc in procs:
+            for p in params:
+                v = p[i]
+                if v is not None:
+                    key = (i, v)
+                    if key not in converted:
+                        converted[key] = proc(v)
+                    p[i] = converted[key]
         if positional:
-            params: list[Any] = [tuple(value(n, p, r) for n, p in procs) for r in rows]
+            params = [tuple(p) for p in params]
         else:
-            params = [{n: value(n, p, r) for n, p in procs} for r in rows]
+            params = [dict(zip(names, p, strict=True)) for p in params]
         conn.exec_driver_sql(sql, params)
 
 

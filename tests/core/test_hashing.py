@@ -372,6 +372,30 @@ def test_file_that_keeps_changing_is_unstable(tmp_path: Path, cache: StatCache, 
     assert h.reads == 1 and again.stable and again.digest == b3(versions[3])
 
 
+def test_known_state_stands_in_for_the_first_stat_but_a_change_is_caught(
+    tmp_path: Path, cache: StatCache
+) -> None:
+    # The recorder passes classification's stat instead of a fresh one; a file written after
+    # that stat (same size) must come out with its new content, cached under its new state.
+    v1, v2 = os.urandom(4096), os.urandom(4096)
+    path = write(tmp_path / "out.bin", v1)
+    stale = FileState.of(os.stat(path))
+    os.utime(path, ns=(stale.mtime_ns + 10**9, stale.mtime_ns + 10**9))
+    with open(path, "r+b") as f:
+        f.write(v2)
+    with Hasher(cache, racy_window_ns=0) as h:
+        got = h.hash_files([path], known={path: stale})[path]
+    assert got.digest == b3(v2) and got.stable
+    assert got.state == FileState.of(os.stat(path)) != stale
+    assert cache.get(stale) is None and cache.get(got.state) == b3(v2)
+    # Unchanged since the known stat: hashed once, from that stat, and cached under it.
+    other = write(tmp_path / "in.bin", v1)
+    known = FileState.of(os.stat(other))
+    with Hasher(cache, racy_window_ns=0) as h:
+        res = h.hash_files([other], known={other: known})[other]
+    assert res.digest == b3(v1) and res.state == known and cache.get(known) == b3(v1)
+
+
 def test_file_replaced_during_hashing(tmp_path: Path) -> None:
     path = write(tmp_path / "f", b"old")
 

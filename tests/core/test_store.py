@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import re
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -241,6 +242,29 @@ def test_workflow_task_access_round_trip(store: Store) -> None:
     seen = store.latest_version("/data/in.csv")
     assert (seen.digest, seen.producer_run_id) == (D0, None)
     assert store.latest_version("/nowhere") is None
+
+
+def test_bulk_rows_store_timestamps_like_every_other_write(store: Store, where: Where) -> None:
+    # File versions and artifacts go through the driver's executemany: their timestamps must
+    # be converted exactly as SQLAlchemy converts the run rows' (SQLite: naive UTC text).
+    run_id = task(store, "bulk", 0)
+    before = datetime.now(timezone.utc)
+    store.finish_task_run(run_id, "COMPLETE", T0 + timedelta(minutes=1),
+                          accesses=[Access("/data/bulk.txt", "output", D1, size=3, mtime_ns=1)])
+    v = store.latest_version("/data/bulk.txt")
+    assert v.recorded_at.tzinfo is not None and before <= v.recorded_at <= datetime.now(
+        timezone.utc)
+    engine = create_engine(where.sa_url())
+    with engine.connect() as conn:
+        recorded = conn.exec_driver_sql("SELECT recorded_at FROM file_versions").scalar_one()
+        first_seen = conn.exec_driver_sql("SELECT first_seen FROM artifacts").scalar_one()
+        started = conn.exec_driver_sql("SELECT started_at FROM task_runs").scalar_one()
+    engine.dispose()
+    if engine.dialect.name == "sqlite":
+        for raw in (recorded, first_seen, started):
+            assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}", raw), raw
+    else:
+        assert recorded.tzinfo is not None and first_seen.tzinfo is not None
 
 
 def test_bad_inputs_are_refused_with_clear_errors(store: Store) -> None:
