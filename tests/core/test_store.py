@@ -6,6 +6,8 @@ import json
 import multiprocessing
 import os
 import re
+import subprocess
+import sys
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -18,6 +20,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, text
 
 from roar_core.store import (
+    SCHEMA_HEAD,
     Access,
     CodeFile,
     Store,
@@ -121,11 +124,22 @@ def test_migrates_empty_database_to_head_matching_models(where: Where) -> None:
                 conn, opts={"version_table": VERSION_TABLE, "compare_type": True}
             )
             head = ScriptDirectory.from_config(_alembic_config()).get_current_head()
-            assert ctx.get_current_revision() == head
+            assert ctx.get_current_revision() == head == SCHEMA_HEAD
             # The hand-written revision and store_schema.py must describe the same tables.
             assert compare_metadata(ctx, Base.metadata) == []
     finally:
         engine.dispose()
+
+
+def test_opening_a_store_at_head_does_not_import_alembic(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    Store.open(home=home).close()
+    code = ("import sys; from pathlib import Path; from roar_core.store import Store; "
+            f"Store.open(home=Path({str(home)!r})).close(); "
+            "print('alembic' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "False"
 
 
 def test_database_from_a_newer_roar_is_refused(where: Where) -> None:
