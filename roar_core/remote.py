@@ -349,6 +349,9 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
     if op != "init":
         raise SystemExit(f"roar recorder: expected init, got {op!r}")
     server = _Server(out, **kwargs)
+    from roar_core.recorder import freeze_heap
+
+    freeze_heap()
     while True:
         try:
             op, req, kwargs = _read_frame(inp)

@@ -406,6 +406,9 @@ def serve(session_dir: Path, settings: Settings, idle_exit_s: float = IDLE_EXIT_
     cfg = config.load(cwd=Path(settings.cwd), **settings.overrides)
     cfg = replace(cfg, exclude=(*cfg.exclude, *settings.exclude))
     roar = Roar(cfg, internal=settings.internal)
+    from roar_core.recorder import freeze_heap
+
+    freeze_heap()
     path = socket_path(session_dir, settings)
     if os.path.exists(path):
         os.unlink(path)  # we hold the lock: whoever made it is gone
