@@ -571,24 +571,24 @@ def _lifecycle_facet(d: Dataset, p: str) -> dict[str, Any]:
     return facet
 
 
-def _input(d: Dataset, p: str) -> dict[str, Any]:
+def _dataset(d: Dataset, p: str) -> dict[str, Any]:
     data: dict[str, Any] = {
         "namespace": _nonempty(d.namespace, "dataset namespace"),
         "name": _nonempty(d.name, "dataset name"),
     }
     if facets := _dataset_facets(d, p):
         data["facets"] = facets
+    return data
+
+
+def _input(d: Dataset, p: str) -> dict[str, Any]:
+    data = _dataset(d, p)
     data["inputFacets"] = {}  # the client's InputDataset serializes an empty one
     return data
 
 
 def _output(d: Dataset, p: str) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "namespace": _nonempty(d.namespace, "dataset namespace"),
-        "name": _nonempty(d.name, "dataset name"),
-    }
-    if facets := _dataset_facets(d, p):
-        data["facets"] = facets
+    data = _dataset(d, p)
     if d.size is not None:
         data["outputFacets"] = {
             "outputStatistics": {
