@@ -231,7 +231,7 @@ class Hasher:
         # GIL. Smaller ones are mostly Python and syscall overhead, where threads contending for
         # the GIL are slower than this thread alone (measured: 4 KiB files, 2 cores: 17 µs/file
         # inline, 31 µs on 2 threads); they are hashed here meanwhile.
-        futures = [self._get_pool().submit(self._hash_many, [p]) for p in large]
+        futures = [self._get_pool().submit(self._hash_many, [p], before) for p in large]
         for i in range(0, len(small), _BATCH):
             collect(self._hash_many(small[i : i + _BATCH], before))
         for future in as_completed(futures):
