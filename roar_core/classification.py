@@ -174,6 +174,9 @@ class _Resolver:
         return full, path
 
 
+_MISSING = _State()
+
+
 def _stat_of(r: Record) -> FileState | None:
     if not r.has(RF_STAT):
         return None
@@ -188,18 +191,26 @@ def classify(records: Iterable[Record], keep: PathFilter,
     resolve = _Resolver()
     code_paths = frozenset(code)
     states: dict[bytes, _State] = {}
+    # raw path -> its state: a file is opened, closed and reopened under one name, so most
+    # records cost one lookup here (this loop runs for every record of a task).
+    by_raw: dict[bytes, _State | None] = {}
     io = TaskIO()
 
-    def state(raw: bytes, ns: int) -> tuple[bytes, _State] | None:
+    def state(raw: bytes, ns: int) -> _State | None:
+        s = by_raw.get(raw, _MISSING)
+        if s is not _MISSING:
+            return s
         if not raw.startswith(b"/"):
-            return None  # relative to an unknown directory: cannot be placed
-        real, norm = resolve(raw)
-        s = states.get(real)
-        if s is None:
-            s = states[real] = _State(first_ns=ns)
-        if norm != real:
-            s.via.add(norm)
-        return real, s
+            s = None  # relative to an unknown directory: cannot be placed
+        else:
+            real, norm = resolve(raw)
+            s = states.get(real)
+            if s is None:
+                s = states[real] = _State(first_ns=ns)
+            if norm != real:
+                s.via.add(norm)
+        by_raw[raw] = s
+        return s
 
     for r in records:
         op = r.op
@@ -207,18 +218,17 @@ def classify(records: Iterable[Record], keep: PathFilter,
             argv = r.argv
             if argv and op != OP_START:
                 io.commands.append([display_name(a) for a in argv])
-            if r.path and op != OP_START and r.has(RF_UNTRACEABLE):
+            if r.path and op != OP_START and r.rflags & RF_UNTRACEABLE:
                 io.untraceable.append(display_name(r.path))
             continue
-        if not r.ok or not r.path:
+        if r.err or r.result < 0 or not r.path:
             continue
         if op == OP_OPEN:
             if r.flags & O_TMPFILE == O_TMPFILE:
                 continue
-            got = state(r.path, r.mono_ns)
-            if got is None:
+            s = state(r.path, r.mono_ns)
+            if s is None:
                 continue
-            _, s = got
             if r.flags & os.O_DIRECTORY:
                 s.directory = True
                 continue
@@ -248,38 +258,35 @@ def classify(records: Iterable[Record], keep: PathFilter,
             elif r.has(RF_STAT):
                 s.baselines.append((r.st_size, r.st_mtime_ns, r.st_ctime_ns))
         elif op == OP_CLOSE:
-            if r.has(RF_MODIFIED) and (got := state(r.path, r.mono_ns)):
-                got[1].written = True
+            if r.rflags & RF_MODIFIED and (s := state(r.path, r.mono_ns)):
+                s.written = True
         elif op == OP_RENAME or op == OP_LINK:
-            src, dst = state(r.path, r.mono_ns), state(r.path2, r.mono_ns)
-            if dst:
-                d = dst[1]
+            src, d = state(r.path, r.mono_ns), state(r.path2, r.mono_ns)
+            if d:
                 d.written, d.removed = True, False
                 if d.existed is None:
                     d.existed = False
                 d.created = d.created or not d.existed
             if src and op == OP_RENAME:
-                s = src[1]
+                s = src
                 if s.existed is None:
                     s.existed = not (s.created or s.written)
                 s.removed = True
         elif op == OP_UNLINK:
-            if got := state(r.path, r.mono_ns):
-                s = got[1]
+            if s := state(r.path, r.mono_ns):
                 if s.existed is None:
                     s.existed = True
                 s.removed = True
         elif op == OP_TRUNCATE:
-            if got := state(r.path, r.mono_ns):
-                s = got[1]
+            if s := state(r.path, r.mono_ns):
                 if s.existed is None:
                     s.existed = True
                 s.written, s.removed = True, False
         elif op == OP_MKDIR or op == OP_RMDIR:
             # A directory, even when it is gone by the end (a temp dir removed with
             # shutil.rmtree, which opens it without O_DIRECTORY): never a file.
-            if got := state(r.path, r.mono_ns):
-                got[1].directory = True
+            if s := state(r.path, r.mono_ns):
+                s.directory = True
 
     for path, s in states.items():
         if s.directory or not keep.keep(path):
@@ -300,24 +307,25 @@ def classify(records: Iterable[Record], keep: PathFilter,
         name = display_name(path)
         final = FileState.of(st) if st is not None and stat.S_ISREG(st.st_mode) else None
 
-        def access(role: str, s: _State = s, via: list[str] = via, name: str = name,
-                   path: bytes = path, final: FileState | None = final) -> FileAccess:
-            return FileAccess(path, name, role, via, s.pre_state if role == "input" else None,
-                              s.first_ns, bool(s.existed), final)
-
+        existed = bool(s.existed)
         is_input = s.read_first and s.existed is not False
         if is_input:
             # Code is what the task runs, not what it processes: scripts it read and
             # never wrote go to the job's code facet.
             if (path.endswith(CODE_SUFFIXES) or path in code_paths) and not s.written:
-                io.code.append(access("code"))
+                io.code.append(FileAccess(path, name, "code", via, None, s.first_ns, existed,
+                                          final))
                 continue
-            io.inputs.append(access("input"))
+            io.inputs.append(FileAccess(path, name, "input", via, s.pre_state, s.first_ns,
+                                        existed, final))
         if s.written and exists and not s.removed:
-            io.outputs.append(access("output"))
+            io.outputs.append(FileAccess(path, name, "output", via, None, s.first_ns, existed,
+                                         final))
         elif not exists and (s.removed or s.written or s.created):
             if s.existed:
-                io.deleted.append(access("deleted"))
+                io.deleted.append(FileAccess(path, name, "deleted", via, None, s.first_ns,
+                                             existed, final))
             elif s.created or s.written:
-                io.transient.append(access("transient"))
+                io.transient.append(FileAccess(path, name, "transient", via, None, s.first_ns,
+                                               existed, final))
     return io
