@@ -153,7 +153,8 @@ class Recorder:
             command=redact_argv(meta.command or []), traced=meta.traced,
             untraced_reason=meta.untraced_reason,
         ))
-        self.emit(emission.start_event(lineage_of(meta)))
+        if self.spool is not None:  # else the engine's own integration sends the events
+            self.emit(emission.start_event(lineage_of(meta)))
 
     def _dataset(self, name: str, digest: str | None, size: int | None,
                  lifecycle: str | None = None, via: list[str] | None = None) -> emission.Dataset:
@@ -254,8 +255,8 @@ class Recorder:
             error_message=outcome.error, dropped_events=outcome.dropped, code=code,
             traced=meta.traced, untraced_reason=meta.untraced_reason, accesses=accesses)
         inputs = self._input_datasets(recorded) if io.inputs else []
-        lineage = lineage_of(meta, outcome, inputs, outputs)
-        make = {"COMPLETE": emission.complete_event, "FAIL": emission.fail_event,
-                "ABORT": emission.abort_event}[outcome.status]
-        self.emit(make(lineage))
+        if self.spool is not None:
+            make = {"COMPLETE": emission.complete_event, "FAIL": emission.fail_event,
+                    "ABORT": emission.abort_event}[outcome.status]
+            self.emit(make(lineage_of(meta, outcome, inputs, outputs)))
         return RecordedTask(meta, outcome, io, hashes, inputs, outputs)

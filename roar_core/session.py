@@ -95,11 +95,11 @@ class SessionCollector:
     def collect(self) -> None:
         with self._lock:
             logs = []
-            paths = tracelog.log_files(self.directory)
-            if self._tree is not None:
-                if self._since is not None:
-                    paths = [p for p in paths if _started_since(p, self._root_pid, self._since)]
-                paths = self._in_tree(paths)
+            if self._tree is None:
+                paths = tracelog.log_files(self.directory)
+            else:
+                paths = self._in_tree(tracelog.log_files(self.directory, self._since,
+                                                         self._root_pid))
             for path in paths:
                 start = self._offsets.get(path, 0)
                 try:
@@ -138,15 +138,6 @@ class SessionCollector:
         t.pids = {r.pid for r in t.records}
         t.sort()
         return t
-
-
-def _started_since(path: Path, pid: int | None, since_mono_ns: int) -> bool:
-    """From the log's name (roar-<pid>-<mono_ns>.log): pid's own log, or one created since."""
-    parts = path.stem.split("-")
-    try:
-        return int(parts[1]) == pid or int(parts[2]) >= since_mono_ns
-    except (IndexError, ValueError):
-        return True  # not our naming: let the header decide
 
 
 def _forward_signals(proc: subprocess.Popen) -> dict[int, object]:

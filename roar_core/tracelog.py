@@ -237,19 +237,40 @@ def read_header(path: str | os.PathLike) -> LogHeader:
         raise TraceLogError(f"{path}: cannot read trace log ({e.strerror or e})") from None
 
 
-def log_files(session_dir: str | os.PathLike) -> list[Path]:
-    """The logs of a session, in creation order (pid then monotonic start)."""
-    d = Path(session_dir)
-    files = [p for p in d.glob("roar-*.log") if p.is_file()]
+def log_files(session_dir: str | os.PathLike, since_mono_ns: int | None = None,
+              pid: int | None = None) -> list[Path]:
+    """The logs of a session, in creation order (pid then monotonic start).
 
-    def key(p: Path) -> tuple[int, int]:
-        parts = p.stem.split("-")
-        try:
-            return int(parts[2]), int(parts[1])
-        except (IndexError, ValueError):
-            return (0, 0)
+    `since_mono_ns` (CLOCK_MONOTONIC): only the logs created since then, and `pid`'s own,
+    told by name (roar-<pid>-<mono_ns>.log); a log not named that way is kept."""
+    # scandir, and names filtered before any Path is made: a long-lived worker's session
+    # holds a log for every process it ever forked, where a stat each (glob + is_file) and
+    # a Path each were most of the time it took to find a task's few.
+    keyed = []
+    try:
+        with os.scandir(session_dir) as entries:
+            for e in entries:
+                if not (e.name.startswith("roar-") and e.name.endswith(".log")):
+                    continue
+                key = _log_key(e.name)
+                if since_mono_ns is not None and key is not None and (
+                        key[0] < since_mono_ns and key[1] != pid):
+                    continue
+                if e.is_file():
+                    keyed.append((key or (0, 0), e.path))
+    except OSError:  # gone or unreadable: no logs, as glob says
+        return []
+    keyed.sort()
+    return [Path(p) for _, p in keyed]
 
-    return sorted(files, key=key)
+
+def _log_key(name: str) -> tuple[int, int] | None:
+    """(mono_ns, pid) from roar-<pid>-<mono_ns>.log, or None."""
+    parts = name[:-4].split("-")
+    try:
+        return int(parts[2]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
 
 
 @dataclass

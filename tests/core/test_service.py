@@ -168,7 +168,64 @@ def test_sweep_removes_only_logs_no_task_can_need(tmp_path) -> None:
     for p in (old_dead, new_dead, old_alive):
         p.write_bytes(b"")
     fake = SimpleNamespace(state=threading.Lock(), last_sweep=0.0, session_dir=tmp_path,
-                           active={"run": now})
+                           turns=service._Turns(), active={"run": now})
     service._Server.sweep(fake)  # type: ignore[arg-type]
     assert not old_dead.exists()
     assert new_dead.exists() and old_alive.exists()
+
+
+def test_turns_let_an_end_go_before_waiting_begins() -> None:
+    turns, order = service._Turns(), []
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with turns.take(urgent=False):
+            holding.set()
+            release.wait(10)
+
+    def take(name: str, urgent: bool) -> None:
+        with turns.take(urgent=urgent):
+            order.append(name)
+
+    threads = [threading.Thread(target=hold)]
+    threads[0].start()
+    holding.wait(10)
+    for name, urgent in (("begin", False), ("sweep", False), ("end", True)):
+        threads.append(threading.Thread(target=take, args=(name, urgent)))
+        threads[-1].start()
+        time.sleep(0.05)  # queued behind the holder, in this order
+    release.set()
+    for t in threads:
+        t.join(10)
+    assert order[0] == "end" and sorted(order) == ["begin", "end", "sweep"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux scheduler only")
+def test_connection_threads_get_short_slices() -> None:
+    # In a child: the slice is the calling thread's only.
+    code = textwrap.dedent("""
+        import ctypes, platform, struct, threading
+        from roar_core import service
+        def slice_ns():
+            buf = ctypes.create_string_buffer(56)
+            nr = {"x86_64": 315, "aarch64": 275}.get(platform.machine())
+            if nr is None or ctypes.CDLL(None).syscall(nr, 0, buf, 56, 0) != 0:
+                raise SystemExit("no sched_getattr")
+            return struct.unpack("IIQiIQQQII", buf.raw)[5]
+        def thread():
+            service.short_slice()
+            seen.append(slice_ns())
+        before, seen = slice_ns(), []
+        t = threading.Thread(target=thread)
+        t.start(); t.join()
+        print(before, seen[0], slice_ns())
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    if "no sched_getattr" in out.stderr:
+        pytest.skip("no sched_getattr here")
+    assert out.returncode == 0, out.stderr
+    before, thread, after = map(int, out.stdout.split())
+    if before == 0:
+        pytest.skip("this kernel has no per-thread slices (Linux < 6.12)")
+    assert thread == service.SLICE_NS and after == before

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from roar_core import tracer
-from roar_core.session import SessionCollector, _started_since
+from roar_core import tracelog, tracer
+from roar_core.session import SessionCollector
 
 # Before the task: an untagged write and a child; then the task: a write and a child.
 SCRIPT = textwrap.dedent("""
@@ -32,11 +32,18 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_started_since_reads_the_name() -> None:
-    assert _started_since(Path("roar-10-500.log"), 10, 1000)  # the root's own log
-    assert _started_since(Path("roar-11-1500.log"), 10, 1000)
-    assert not _started_since(Path("roar-11-500.log"), 10, 1000)
-    assert _started_since(Path("other.log"), 10, 1000)
+def test_started_since_reads_the_name(tmp_path: Path) -> None:
+    names = ["roar-10-500.log", "roar-11-1500.log", "roar-11-500.log", "roar-x.log",
+             "other.log"]
+    for name in names:
+        (tmp_path / name).write_bytes(b"")
+    (tmp_path / "roar-12-2000.log").mkdir()  # not a file
+    found = [p.name for p in tracelog.log_files(tmp_path, since_mono_ns=1000, pid=10)]
+    # The root's own log, one created since, and one not named by the shim (kept).
+    assert found == ["roar-x.log", "roar-10-500.log", "roar-11-1500.log"]
+    assert [p.name for p in tracelog.log_files(tmp_path)] == [
+        "roar-x.log", "roar-10-500.log", "roar-11-500.log", "roar-11-1500.log"]
+    assert tracelog.log_files(tmp_path / "gone") == []
 
 
 def test_task_of_a_long_lived_process(tmp_path: Path) -> None:
