@@ -41,6 +41,7 @@ from typing import Any, BinaryIO
 from roar_core.config import Config
 from roar_core.declared import Declared
 from roar_core.ids import new_run_id
+from roar_core.session import memory_sessions_dir
 
 log = logging.getLogger("roar")
 
@@ -97,8 +98,12 @@ class RemoteRoar:
     def __init__(self, cfg: Config, *, internal: Iterable[str | os.PathLike] = (),
                  python: str = sys.executable):
         self.config = cfg
-        self.sessions = cfg.sessions_dir / f"remote-{new_run_id()}"
+        # The tasks' sessions die with this object (each is read, then removed, as soon as
+        # its task ends): in memory where possible (see memory_sessions_dir).
+        base = memory_sessions_dir() or cfg.sessions_dir
+        self.sessions = base / f"remote-{new_run_id()}"
         self.sessions.mkdir(parents=True, exist_ok=True)
+        internal = [*internal, self.sessions]
         self._proc = subprocess.Popen(
             [python, "-m", "roar_core.remote"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             # Its own session: a Ctrl-C meant for the engine must not kill the recorder

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import threading
 import uuid
@@ -26,6 +27,36 @@ def new_session_dir(config: Config, name: str | None = None) -> Path:
     d = config.sessions_dir / (name or uuid.uuid4().hex)
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+def memory_sessions_dir() -> Path | None:
+    """A RAM-backed directory of this user's for sessions that live only as long as the
+    process that made them, or None where there is none.
+
+    Each traced process writes its log through a shared mapping of a file.  On a disk file
+    system, creating, mapping, writing and removing those files goes through its journal:
+    measured with Snakemake's 200 small jobs on ext4, about 1.5 ms more per job than on
+    tmpfs, and a 1.25 wall-time ratio against 1.09.  Sessions that must survive their
+    recorder (`roar-core run`'s, recorded later by another process, even after a reboot)
+    stay under the roar home.  The shim reserves a log's pages on tmpfs, so a full one
+    drops events instead of raising SIGBUS in the traced program."""
+    uid = os.getuid()
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    for base, name in ((runtime, "roar"), ("/dev/shm", f"roar-{uid}")):
+        if not base or not os.path.isdir(base):
+            continue
+        d = os.path.join(base, name)
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            pass
+        except OSError:
+            continue
+        st = os.lstat(d)
+        # /dev/shm is shared by every user: only a real directory of ours, closed to others.
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == uid and not st.st_mode & 0o077:
+            return Path(d)
+    return None
 
 
 def remove_session_dir(d: Path) -> None:

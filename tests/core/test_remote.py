@@ -100,3 +100,33 @@ def test_tasks_of_an_engine_that_died_are_aborted_with_their_lineage(tmp_path, c
     assert [e["run"]["runId"] for e in aborted] == [run_id, wf]
     aborted = aborted[0]
     assert [d["name"] for d in aborted["outputs"]] == [str((tmp_path / "out.txt").resolve())]
+
+
+def test_task_sessions_live_in_memory_when_the_host_has_a_runtime_tmpfs(tmp_path, cfg,
+                                                                        monkeypatch):
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    remote = RemoteRoar(cfg)
+    try:
+        run_id, session = remote.begin_task("wf.step", "test")
+        assert session is not None and session.is_relative_to(runtime / "roar")
+        assert not cfg.sessions_dir.exists() or not any(cfg.sessions_dir.iterdir())
+        assert (runtime / "roar").stat().st_mode & 0o777 == 0o700
+        remote.end_task(run_id, "COMPLETE", session=session, wait=True)
+    finally:
+        remote.close()
+    assert not list((runtime / "roar").iterdir())  # nothing left behind
+
+
+def test_a_shared_memory_dir_not_ours_alone_is_never_used(tmp_path, monkeypatch):
+    from roar_core import session as session_mod
+
+    runtime = tmp_path / "runtime"
+    (runtime / "roar").mkdir(parents=True)
+    (runtime / "roar").chmod(0o777)  # another user could plant files or symlinks in it
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    got = session_mod.memory_sessions_dir()
+    assert got is None or not got.is_relative_to(runtime)
+    (runtime / "roar").chmod(0o700)
+    assert session_mod.memory_sessions_dir() == runtime / "roar"

@@ -31,6 +31,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -154,6 +155,7 @@ static struct {
     char *chunks[ROAR_MAX_CHUNKS];
     uint32_t nchunks; /* highest chunk index mapped + 1 */
     uint64_t file_size;
+    int log_on_tmpfs; /* see log_reserve */
     uint64_t start_mono, start_wall;
     int grow_lock;
     uint64_t dropped_nolog;
@@ -253,6 +255,21 @@ static void spin_lock(int *l) {
 
 static void spin_unlock(int *l) { __atomic_store_n(l, 0, __ATOMIC_RELEASE); }
 
+#define ROAR_TMPFS_MAGIC 0x01021994 /* linux/magic.h */
+
+/* Give the log file [off, off + len).  On tmpfs the pages are allocated, not only sized with
+ * ftruncate: a page of a MAP_SHARED mapping that a full tmpfs cannot back raises SIGBUS in
+ * the traced program when first touched; reserved here, a full tmpfs fails the grow instead
+ * and the events are counted as dropped.  On disk file systems allocating costs more than
+ * the whole rest of a process's tracing (ext4: ~1 ms a log), and they rarely fill up. */
+static int log_reserve(int fd, uint64_t off, uint64_t len) {
+    if (g.log_on_tmpfs) {
+        if (syscall(SYS_fallocate, fd, 0, (off_t)off, (off_t)len) == 0) return 0;
+        if (errno != EOPNOTSUPP) return -1;
+    }
+    return (int)syscall(SYS_ftruncate, fd, (off_t)(off + len));
+}
+
 static char *chunk_get(uint64_t k) {
     char *c;
     if (UNLIKELY(k >= ROAR_MAX_CHUNKS)) return NULL;
@@ -268,7 +285,8 @@ static char *chunk_get(uint64_t k) {
          * close_range before exec) cannot break the log. */
         int fd = sys_open(g.log_path, O_RDWR | O_CLOEXEC, 0);
         if (fd >= 0) {
-            if (g.file_size >= need || syscall(SYS_ftruncate, fd, need) == 0) {
+            if (g.file_size >= need ||
+                log_reserve(fd, need - ROAR_CHUNK, ROAR_CHUNK) == 0) {
                 if (g.file_size < need) g.file_size = need;
                 void *m = mmap(NULL, ROAR_CHUNK, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
                                (off_t)(ROAR_HEADER_SIZE + k * (uint64_t)ROAR_CHUNK));
@@ -1504,7 +1522,9 @@ static int log_open(uint32_t origin) {
     if (fd < 0) return -1;
     uint64_t size = ROAR_HEADER_SIZE + (uint64_t)ROAR_CHUNK;
     void *h = MAP_FAILED, *c = MAP_FAILED;
-    if (syscall(SYS_ftruncate, fd, size) == 0) {
+    struct statfs fs;
+    g.log_on_tmpfs = syscall(SYS_fstatfs, fd, &fs) == 0 && fs.f_type == ROAR_TMPFS_MAGIC;
+    if (log_reserve(fd, 0, size) == 0) {
         h = mmap(NULL, ROAR_HEADER_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         c = mmap(NULL, ROAR_CHUNK, PROT_READ | PROT_WRITE, MAP_SHARED, fd, ROAR_HEADER_SIZE);
     }
@@ -1512,6 +1532,8 @@ static int log_open(uint32_t origin) {
     if (h == MAP_FAILED || c == MAP_FAILED) {
         if (h != MAP_FAILED) munmap(h, ROAR_HEADER_SIZE);
         if (c != MAP_FAILED) munmap(c, ROAR_CHUNK);
+        /* Ours (O_EXCL): an empty file would read as a corrupt log. */
+        syscall(SYS_unlinkat, AT_FDCWD, g.log_path, 0);
         return -1;
     }
     struct roar_log_header *hdr = h;

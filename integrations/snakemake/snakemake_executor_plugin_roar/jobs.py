@@ -18,6 +18,7 @@ KINDS = ("shell", "script", "wrapper", "notebook", "cwl", "template_engine")
 # Flags that say something about the file (the rest are Snakemake bookkeeping).
 FLAGS = ("temp", "protected", "touch", "directory", "pipe", "service", "ancient", "update",
          "nodelocal", "local", "before_update", "checkpoint_target")
+_SORTED_FLAGS = tuple(sorted(FLAGS))
 
 
 def kind(job) -> str:
@@ -27,12 +28,15 @@ def kind(job) -> str:
     return "norun" if job.is_norun else "run"
 
 
-def _abs(path) -> str:
-    return os.path.abspath(str(path))
+def _abs(path, cwd: str | None = None) -> str:
+    # os.path.abspath asks the kernel for the cwd each time: callers with many paths pass it.
+    return os.path.normpath(os.path.join(cwd or os.getcwd(), str(path)))
 
 
 def flags(f) -> list[str]:
-    return sorted(k for k in FLAGS if getattr(f, "flags", {}).get(k))
+    # Runs for every file of every job, on Snakemake's threads: most files have no flags.
+    fl = getattr(f, "flags", None)
+    return [k for k in _SORTED_FLAGS if fl.get(k)] if fl else []
 
 
 def streams(job) -> bool:
@@ -74,9 +78,10 @@ def _resources(resources) -> dict:
 
 
 def facet(job, files_kind: str) -> dict:
+    cwd = os.getcwd()
     storage = [f.storage_object.query for f in [*job.input, *job.output]
                if getattr(f, "is_storage", False)]
-    file_flags = {_abs(f): fl for f in [*job.input, *job.output] if (fl := flags(f))}
+    file_flags = {_abs(f, cwd): fl for f in [*job.input, *job.output] if (fl := flags(f))}
     fields = dict(
         rule=job.rule.name,
         jobid=int(job.jobid),
@@ -85,10 +90,10 @@ def facet(job, files_kind: str) -> dict:
         params=_params(job.params) or None,
         threads=int(job.threads),
         resources=_resources(job.resources) or None,
-        input=[_abs(f) for f in job.input],
-        output=[_abs(f) for f in job.output],
-        log=[_abs(f) for f in job.log] or None,
-        benchmark=_abs(job.benchmark) if job.benchmark else None,
+        input=[_abs(f, cwd) for f in job.input],
+        output=[_abs(f, cwd) for f in job.output],
+        log=[_abs(f, cwd) for f in job.log] or None,
+        benchmark=_abs(job.benchmark, cwd) if job.benchmark else None,
         flags=file_flags or None,
         checkpoint=bool(job.is_checkpoint),
         shadow=job.rule.shadow_depth or None,
@@ -167,9 +172,10 @@ def declared(job, workflow, spawned: bool) -> Declared:
     by Snakemake after the job, so they are engine outputs, not expected writes; benchmark
     files are Snakemake's; storage files are read and written through local copies under
     .snakemake/ and only named in the facet."""
-    ins = [_abs(f) for f in job.input if not getattr(f, "is_storage", False)]
-    touch = [_abs(f) for f in job.output if "touch" in flags(f)]
-    outs = [_abs(f) for f in [*job.output, *job.log]
+    cwd = os.getcwd()
+    ins = [_abs(f, cwd) for f in job.input if not getattr(f, "is_storage", False)]
+    touch = [_abs(f, cwd) for f in job.output if "touch" in flags(f)]
+    outs = [_abs(f, cwd) for f in [*job.output, *job.log]
             if not getattr(f, "is_storage", False) and "touch" not in flags(f)]
     return Declared(inputs=ins, outputs=outs, code=code_files(job, workflow, spawned),
                     engine_outputs=touch)

@@ -57,7 +57,9 @@ def test_shell_exports_one_liner(tmp_path: Path) -> None:
     import os
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("ROAR_")}
-    env.update(ROAR_HOME=str(tmp_path / "roar"), ROAR_TASK_TAG="stale", LD_PRELOAD="")
+    (tmp_path / "run").mkdir()
+    env.update(ROAR_HOME=str(tmp_path / "roar"), ROAR_TASK_TAG="stale", LD_PRELOAD="",
+               XDG_RUNTIME_DIR=str(tmp_path / "run"))
     py = f"{sys.executable} -c 'import roar_airflow; print(roar_airflow.shell_exports())'"
     script = f'eval "$({py})" && printf "%s\\n" "$LD_PRELOAD" "$ROAR_SESSION_DIR" ' \
              '"${ROAR_TASK_TAG-unset}" "$ROAR_HOME"'
@@ -65,7 +67,8 @@ def test_shell_exports_one_liner(tmp_path: Path) -> None:
                          check=True, cwd=tmp_path).stdout.splitlines()
     preload, session, tag, home = out
     assert preload.endswith("libroar_preload.so") and " " not in preload
-    assert Path(session).is_dir() and Path(session).parent == tmp_path / "roar" / "sessions"
+    # The worker's session: in memory (the runtime tmpfs), not in the roar home.
+    assert Path(session).is_dir() and Path(session).parent == tmp_path / "run" / "roar"
     assert tag == "unset" and home == str(tmp_path / "roar")
 
 
