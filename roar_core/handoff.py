@@ -129,7 +129,7 @@ def pending(cfg: Config) -> list[Path]:
     if not cfg.sessions_dir.is_dir():
         return []
     out = []
-    for d in sorted(cfg.sessions_dir.glob("run-*"), key=lambda p: p.stat().st_mtime_ns):
+    for d in sorted(cfg.sessions_dir.glob("run-*"), key=_mtime_ns):
         runner = d / RUNNER
         if (d / DONE).exists():
             out.append(d)
@@ -141,6 +141,15 @@ def pending(cfg: Config) -> list[Path]:
             if info.get("host") == socket.gethostname() and not pid_alive(int(info["pid"])):
                 out.append(d)
     return out
+
+
+def _mtime_ns(d: Path) -> int:
+    # A recorder in another process removes the sessions it has recorded, also between
+    # our listing and this stat: such a one sorts first, and is skipped as not ended.
+    try:
+        return d.stat().st_mtime_ns
+    except FileNotFoundError:
+        return 0
 
 
 def _record_session(roar, d: Path):

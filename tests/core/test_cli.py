@@ -432,3 +432,21 @@ def test_layout_and_tree_survive_cycles_and_name_clashes() -> None:
     lines = tree_lines(g, cwd=Path("/"))
     assert lines[0] == "d/in  blake3:aaaaaaaaaaaa" and len(lines) == 5
     assert any("(see above)" in line for line in lines)
+
+
+def test_pending_sessions_skip_one_recorded_meanwhile(tmp_path, monkeypatch) -> None:
+    # Another process's recorder removes a session between our listing and our stat.
+    from roar_core import config, handoff
+
+    cfg = config.load(cwd=tmp_path, env={}, home=str(tmp_path / "home"))
+    done = cfg.sessions_dir / "run-done"
+    done.mkdir(parents=True)
+    (done / handoff.DONE).write_text("{}")
+    real_glob = Path.glob
+
+    def glob_with_a_vanished_one(self, pattern):
+        yield from real_glob(self, pattern)
+        yield self / "run-recorded-meanwhile"
+
+    monkeypatch.setattr(Path, "glob", glob_with_a_vanished_one)
+    assert handoff.pending(cfg) == [done]
