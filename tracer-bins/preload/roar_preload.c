@@ -1506,7 +1506,7 @@ static void write_start_record(uint32_t origin) {
     emit(&e);
 }
 
-static int log_open(uint32_t origin) {
+static int log_open_raw(uint32_t origin) {
     char *p = g.log_path;
     size_t sl = strlen(g.session_dir);
     uint64_t mono = now_ns(CLOCK_MONOTONIC), wall = now_ns(CLOCK_REALTIME);
@@ -1554,6 +1554,15 @@ static int log_open(uint32_t origin) {
     g.nchunks = 1;
     __atomic_store_n(&g.hdr, hdr, __ATOMIC_RELEASE);
     return 0;
+}
+
+/* Called at start-up and in a fork's child, where the program's errno must stay as it was:
+ * a failure here (a full session file system) is the shim's, not the program's. */
+static int log_open(uint32_t origin) {
+    int saved = errno;
+    int r = log_open_raw(origin);
+    errno = saved;
+    return r;
 }
 
 static void log_unmap(void) {
