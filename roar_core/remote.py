@@ -41,7 +41,7 @@ from typing import Any, BinaryIO
 from roar_core.config import Config
 from roar_core.declared import Declared
 from roar_core.ids import new_run_id
-from roar_core.session import memory_sessions_dir
+from roar_core.session import new_session_dir
 
 log = logging.getLogger("roar")
 
@@ -99,10 +99,8 @@ class RemoteRoar:
                  python: str = sys.executable):
         self.config = cfg
         # The tasks' sessions die with this object (each is read, then removed, as soon as
-        # its task ends): in memory where possible (see memory_sessions_dir).
-        base = memory_sessions_dir() or cfg.sessions_dir
-        self.sessions = base / f"remote-{new_run_id()}"
-        self.sessions.mkdir(parents=True, exist_ok=True)
+        # its task ends).
+        self.sessions = new_session_dir(cfg, f"remote-{new_run_id()}", in_memory=True)
         internal = [*internal, self.sessions]
         self._proc = subprocess.Popen(
             [python, "-m", "roar_core.remote"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,

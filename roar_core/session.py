@@ -23,8 +23,12 @@ from roar_core.attribution import TaskEvents, attribute
 from roar_core.config import Config
 
 
-def new_session_dir(config: Config, name: str | None = None) -> Path:
-    d = config.sessions_dir / (name or uuid.uuid4().hex)
+def new_session_dir(config: Config, name: str | None = None, *,
+                    in_memory: bool = False) -> Path:
+    """A session directory under the roar home; `in_memory`: for a session that lives only
+    as long as the process that makes it, in `memory_sessions_dir()` where there is one."""
+    base = (memory_sessions_dir() if in_memory else None) or config.sessions_dir
+    d = base / (name or uuid.uuid4().hex)
     d.mkdir(parents=True, exist_ok=True)
     return d
 

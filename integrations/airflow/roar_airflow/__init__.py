@@ -28,7 +28,7 @@ def shell_exports() -> str:
     worker -- and all the task processes it forks are traced.  Start the api-server and
     dag-processor from another shell: they run no tasks."""
     from roar_core import config, tracer
-    from roar_core.session import memory_sessions_dir, new_session_dir
+    from roar_core.session import new_session_dir
 
     q = shlex.quote
     st = tracer.status()
@@ -36,12 +36,10 @@ def shell_exports() -> str:
         msg = f"roar-core: the tracer cannot run here ({st.reason}); tasks will run untraced"
         return f"echo {q(msg)} >&2\n"
     cfg = config.load()
-    name = f"airflow-{socket.gethostname()}-{os.getpid()}"
     # The worker's session lives as long as the worker (its recorder service removes the
-    # logs of finished processes): in memory where the host has a tmpfs for it.
-    memory = memory_sessions_dir()
-    session = new_session_dir(cfg, name) if memory is None else memory / name
-    session.mkdir(parents=True, exist_ok=True)
+    # logs of finished processes).
+    session = new_session_dir(cfg, f"airflow-{socket.gethostname()}-{os.getpid()}",
+                              in_memory=True)
     env = tracer.preload_env(session)
     return "".join([
         f"export ROAR_HOME={q(str(cfg.home))}\n",
