@@ -268,10 +268,9 @@ def classify(records: Iterable[Record], keep: PathFilter,
                     d.existed = False
                 d.created = d.created or not d.existed
             if src and op == OP_RENAME:
-                s = src
-                if s.existed is None:
-                    s.existed = not (s.created or s.written)
-                s.removed = True
+                if src.existed is None:
+                    src.existed = not (src.created or src.written)
+                src.removed = True
         elif op == OP_UNLINK:
             if s := state(r.path, r.mono_ns):
                 if s.existed is None:
