@@ -131,6 +131,7 @@ class Deployment:
         })
         self.env = env
         self.procs: dict[str, subprocess.Popen] = {}
+        self.sessions: list[Path] = []  # in-memory worker sessions made by preloaded_env
 
     def airflow(self, *args: str, env: dict | None = None) -> str:
         out = subprocess.run([str(BIN / "airflow"), *args], env=env or self.env, cwd=self.root,
@@ -173,7 +174,10 @@ class Deployment:
         py = f"{sys.executable} -c 'import roar_airflow; print(roar_airflow.shell_exports())'"
         out = subprocess.run(["bash", "-c", f'eval "$({py})" && env -0'], env=self.env,
                              capture_output=True, check=True, cwd=self.root)
-        return dict(i.split("=", 1) for i in out.stdout.decode().split("\0") if "=" in i)
+        env = dict(i.split("=", 1) for i in out.stdout.decode().split("\0") if "=" in i)
+        if "ROAR_SESSION_DIR" in env:  # in memory (/dev/shm): removed when the bench ends
+            self.sessions.append(Path(env["ROAR_SESSION_DIR"]))
+        return env
 
     def run_dag(self, dag_id: str) -> dict:
         out = self.airflow("dags", "trigger", dag_id, "-o", "json")
@@ -270,9 +274,9 @@ def main() -> None:
     finally:
         for name in list(dep.procs):
             dep.stop(name)
-        sessions = root / "roar" / "sessions"
-        if sessions.is_dir():  # the recorder service leaves with its session
-            shutil.rmtree(sessions, ignore_errors=True)
+        # The recorder service leaves with its session.
+        for session in [*dep.sessions, root / "roar" / "sessions"]:
+            shutil.rmtree(session, ignore_errors=True)
         if not args.keep:
             time.sleep(6)
             shutil.rmtree(root, ignore_errors=True)

@@ -61,6 +61,9 @@ class AirflowHome:
                 {"type": "file", "log_file_path": str(work / "ol-events.jsonl"), "append": True}),
             "ROAR_HOME": str(work / "roar"),
             "ROAR_TEST_AIRFLOW_DATA": str(work / "data"),
+            # The worker's in-memory session goes here, not into the machine's /dev/shm,
+            # where a test's would outlive it (stop_recorder_services removes it).
+            "XDG_RUNTIME_DIR": str(work / "run"),
             "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
             # Other tests' ROAR_OPENLINEAGE_SPEC etc. are not for Airflow's processes.
         })
@@ -68,6 +71,7 @@ class AirflowHome:
             if k in os.environ:
                 env[k] = os.environ[k]
         (work / "data").mkdir(parents=True, exist_ok=True)
+        (work / "run").mkdir(mode=0o700, exist_ok=True)
         env.update(extra)
         return env
 
@@ -94,8 +98,7 @@ def preloaded(env: dict[str, str]) -> dict[str, str]:
 
 def stop_recorder_services(work: Path) -> None:
     """The recorder service exits once its session directory is gone."""
-    sessions = work / "roar" / "sessions"
-    if sessions.is_dir():
+    for sessions in (work / "run" / "roar", work / "roar" / "sessions"):
         for d in sessions.glob("airflow-*"):
             shutil.rmtree(d, ignore_errors=True)
 
