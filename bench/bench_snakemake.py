@@ -14,6 +14,7 @@ The acceptance bound is roar/local <= 1.10.
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import pkgutil
 import shutil
@@ -103,6 +104,11 @@ def main() -> None:
     homes = {m: root / f"home-{m}" for m in modes}
     times: dict[str, list[float]] = {m: [] for m in modes}
     recorded: dict[str, list[float]] = {m: [] for m in modes}
+    # Bytecode as an installed package has it (pip compiles at install time): where
+    # PYTHONDONTWRITEBYTECODE is set, no warm-up run would write roar's, and every Snakemake,
+    # recorder and `roar-core run` process would compile roar from source.
+    for pkg in ("roar_core", "integrations/snakemake"):
+        compileall.compile_dir(REPO / pkg, quiet=1)
     try:
         for m in modes:  # warm-up
             run(m, root, args, homes[m])
