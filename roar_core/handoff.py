@@ -152,8 +152,9 @@ def _mtime_ns(d: Path) -> int:
         return 0
 
 
-def _record_session(roar, d: Path):
-    """Record one session through the core (imports the heavy steps lazily)."""
+def _record_session(roar, d: Path, collector=None):
+    """Record one session through the core (imports the heavy steps lazily).  `collector`:
+    the SessionCollector that read its logs while the command ran (`run --wait`)."""
     import shutil
 
     from roar_core import tracelog
@@ -169,20 +170,29 @@ def _record_session(roar, d: Path):
         command=info.argv, host=info.host, pid=info.pid, traced=info.traced,
         untraced_reason=info.untraced_reason,
     )
-    trace = tracelog.read_session(d)
-    if info.traced and not trace.logs and not trace.errors:
+    # Every process of the session belongs to the one command that was run.
+    if collector is not None:
+        collector.collect(settle=True)  # what was logged since its last read
+        events = collector.take_all()
+        errors = collector.errors
+        # An unreadable log counts as one lost event, as in read_session.
+        records, dropped = events.records, events.dropped + len(errors)
+        no_logs = collector.logs_read == 0
+    else:
+        trace = tracelog.read_session(d)
+        records = sorted((r for t in attribute(trace.logs).values() for r in t.records),
+                         key=lambda r: r.mono_ns)
+        dropped, errors, no_logs = trace.dropped, trace.errors, not trace.logs
+    if info.traced and no_logs and not errors:
         meta.traced = False
         meta.untraced_reason = (f"{info.argv[0]} left no trace: a static or setuid program, "
                                 "or the loader refused the preload library")
-    for err in trace.errors:
+    for err in errors:
         print(f"roar-core: warning: {err}", file=sys.stderr)
-    # Every process of the session belongs to the one command that was run.
-    records = sorted((r for t in attribute(trace.logs).values() for r in t.records),
-                     key=lambda r: r.mono_ns)
     if done is None:
         outcome = TaskOutcome("ABORT", datetime.now(timezone.utc), None,
                               "the roar-core runner died before the command ended",
-                              trace.dropped)
+                              dropped)
     else:
         rc = done.returncode
         error = None
@@ -193,17 +203,19 @@ def _record_session(roar, d: Path):
         elif rc:
             error = f"exit code {rc}"
         outcome = TaskOutcome("COMPLETE" if rc == 0 else "FAIL",
-                              datetime.fromisoformat(done.ended_at), rc, error, trace.dropped)
+                              datetime.fromisoformat(done.ended_at), rc, error, dropped)
     roar.recorder.started(meta)
     recorded = roar.recorder.record(meta, outcome, records)
     shutil.rmtree(d, ignore_errors=True)
     return recorded
 
 
-def drain(roar, blocking: bool = True, locked_fd: int | None = None) -> list:
+def drain(roar, blocking: bool = True, locked_fd: int | None = None,
+          collected: dict | None = None) -> list:
     """Record every pending session; returns the RecordedTasks.  With blocking=False,
     returns [] at once if another recorder is draining.  `locked_fd`: the lock is already
-    held through this descriptor (handed over by spawn_recorder); it is released here."""
+    held through this descriptor (handed over by spawn_recorder); it is released here.
+    `collected`: session dir -> the SessionCollector that has read (part of) its logs."""
     from roar_core.recorder import gc_paused
 
     fd = locked_fd if locked_fd is not None else _lock(roar.config, blocking)
@@ -215,7 +227,7 @@ def drain(roar, blocking: bool = True, locked_fd: int | None = None) -> list:
             for d in batch:
                 try:
                     with gc_paused():
-                        done.append(_record_session(roar, d))
+                        done.append(_record_session(roar, d, (collected or {}).get(d)))
                 except Exception as e:  # keep the session for a later attempt
                     print(f"roar-core: warning: cannot record {d.name}: "
                           f"{type(e).__name__}: {e}", file=sys.stderr)

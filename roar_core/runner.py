@@ -15,7 +15,7 @@ from pathlib import Path
 
 from roar_core import handoff, tracer
 from roar_core.config import Config
-from roar_core.session import run_traced
+from roar_core.session import SessionCollector, run_traced
 
 
 def tracer_usable(cfg: Config) -> tuple[bool, str | None]:
@@ -31,17 +31,20 @@ def tracer_usable(cfg: Config) -> tuple[bool, str | None]:
     return True, None
 
 
-def run(cfg: Config, argv: list[str], job_name: str | None = None) -> tuple[int, Path]:
-    """Run argv traced; returns (returncode as subprocess reports it, session dir)."""
+def run(cfg: Config, argv: list[str], job_name: str | None = None,
+        tail: bool = False) -> tuple[int, Path, SessionCollector | None]:
+    """Run argv traced; returns (returncode as subprocess reports it, session dir, and
+    with `tail` the collector that read its logs while it ran)."""
     usable, reason = tracer_usable(cfg)
     session, info = handoff.begin(cfg, argv, job_name or Path(argv[0]).name, usable, reason)
+    collector = SessionCollector(session) if tail and usable else None
     try:
-        rc = run_traced(argv, session if usable else None, info.run_id)
+        rc = run_traced(argv, session if usable else None, info.run_id, tail=collector)
     except OSError as e:  # e.g. command not found: answer like a shell (127/126)
         rc = 127 if isinstance(e, FileNotFoundError) else 126
         print(f"roar-core: {argv[0]}: {e.strerror}", file=sys.stderr)
     handoff.end(session, rc)
-    return rc, session
+    return rc, session, collector
 
 
 @dataclass
@@ -69,7 +72,7 @@ def run_detached(cfg: Config, argv: list[str], job_name: str | None = None) -> i
     except OSError as e:
         raise HomeError(f"cannot use roar home {cfg.home}: {e.strerror or e} "
                         "(the command was not run)") from None
-    rc, session = run(cfg, argv, job_name)
+    rc, session, _ = run(cfg, argv, job_name)
     info = handoff.read_runner(session)
     handoff.spawn_recorder(cfg)
     print(f"roar-core: job {info.job_name}, run {info.run_id} ({how_it_ended(rc)}): "
@@ -108,9 +111,10 @@ def main_fast(job_name: str | None, argv: list[str]) -> None:
 
 def run_command(roar, argv: list[str], job_name: str | None = None) -> RunResult:
     """Run and record in this process (the API, `run --wait`)."""
-    rc, session = run(roar.config, argv, job_name)
+    rc, session, collector = run(roar.config, argv, job_name, tail=True)
     run_id = handoff.read_runner(session).run_id
-    mine = [r for r in handoff.drain(roar) if r.meta.run_id == run_id]
+    read = {session: collector} if collector is not None else None
+    mine = [r for r in handoff.drain(roar, collected=read) if r.meta.run_id == run_id]
     return RunResult(rc, mine[0] if mine else None,
                      None if mine else "the recorder could not record this run (see above)")
 

@@ -97,6 +97,11 @@ class SessionCollector:
         self._mine: set[Path] = set()
         self._offsets: dict[Path, int] = {}
         self._headers: dict[Path, tracelog.LogHeader] = {}
+        self._finished: set[Path] = set()  # read to the end after its process was gone
+        # For take_all: each log's own count of lost events (its header's, which only
+        # grows, so the latest read has it), and the records found torn.
+        self._log_dropped: dict[Path, int] = {}
+        self._torn = 0
         self._pending: dict[str, list[tracelog.Record]] = defaultdict(list)
         self._dropped: dict[str, int] = defaultdict(int)
         self.errors: list[str] = []
@@ -127,7 +132,12 @@ class SessionCollector:
                     grew = True
         return [p for p in paths if p in self._mine]
 
-    def collect(self) -> None:
+    def collect(self, settle: bool = False, live: bool = False) -> None:
+        """Read what the logs hold now.  `settle`: the session's command has ended, so a
+        log first seen now is read to its end too when its process is gone (a record it
+        left half-written counts as dropped), as read_session would.  `live`: processes
+        may be starting: a log without its header yet is looked at again next time
+        instead of being reported as unreadable (the shim creates it, then writes it)."""
         with self._lock:
             logs = []
             if self._tree is None:
@@ -136,18 +146,28 @@ class SessionCollector:
                 paths = self._in_tree(tracelog.log_files(self.directory, self._since,
                                                          self._root_pid))
             for path in paths:
+                if path in self._finished:
+                    continue
                 start = self._offsets.get(path, 0)
                 try:
                     head = self._headers.get(path)
+                    if head is None and settle:
+                        head = tracelog.read_header(path)
                     final = head is not None and not pid_alive(head.pid)
                     log = tracelog.read_log(path, start=start, final=final)
+                    if final:
+                        self._finished.add(path)
                 except tracelog.TraceLogError as e:
+                    if live:
+                        continue
                     if path not in self._offsets:
                         self.errors.append(str(e))
                         self._offsets[path] = 1 << 62  # never again
                     continue
                 self._headers[path] = log.header
                 self._offsets[path] = log.next_offset
+                self._log_dropped[path] = log.header.dropped
+                self._torn += log.torn
                 if log.records or log.torn:
                     logs.append(log)
             for tag, events in attribute(logs).items():
@@ -165,6 +185,24 @@ class SessionCollector:
     def owned(self) -> list[Path]:
         """With a root pid: the logs of its tree found so far."""
         return sorted(self._mine)
+
+    @property
+    def logs_read(self) -> int:
+        """How many logs have been found and read so far."""
+        return len(self._headers)
+
+    def take_all(self) -> TaskEvents:
+        """Every record collected so far, whatever its tag, in time order (a session that
+        is one task: `roar-core run`'s)."""
+        with self._lock:
+            t = TaskEvents("", [r for records in self._pending.values() for r in records])
+            # Per log, not per task: a log read many times counts its header's drops once.
+            t.dropped = sum(self._log_dropped.values()) + self._torn
+            self._pending.clear()
+            self._dropped.clear()
+        t.pids = {r.pid for r in t.records}
+        t.sort()
+        return t
 
     def take(self, tag: str) -> TaskEvents:
         with self._lock:
@@ -192,14 +230,39 @@ def _forward_signals(proc: subprocess.Popen) -> dict[int, object]:
 
 
 def run_traced(argv: list[str], session_dir: Path | None, tag: str | None,
-               cwd: Path | None = None) -> int:
+               cwd: Path | None = None, *, tail: SessionCollector | None = None) -> int:
     """Run argv (traced when session_dir is given) and return its status the way
-    subprocess does: >= 0 exit code, < 0 the signal that killed it."""
+    subprocess does: >= 0 exit code, < 0 the signal that killed it.  `tail`: a collector
+    of the session, kept reading the logs while the command runs (on the core it leaves
+    free), so that little is left to read once it has ended."""
     env = tracer.preload_env(session_dir, tag=tag) if session_dir else dict(os.environ)
     proc = subprocess.Popen(argv, env=env, cwd=cwd)
     previous = _forward_signals(proc)
+    stop = threading.Event()
+    tailer = None
+    if tail is not None and session_dir is not None:
+        tailer = threading.Thread(target=_tail, args=(tail, stop), name="roar-tail",
+                                  daemon=True)
+        tailer.start()
     try:
         return proc.wait()
     finally:
+        stop.set()
+        if tailer is not None:
+            tailer.join()
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+# Between reads of a running command's logs: long enough that a quiet command costs
+# nothing, short enough that reading keeps pace with one that logs fast.
+TAIL_INTERVAL = 0.01
+
+
+def _tail(collector: SessionCollector, stop: threading.Event) -> None:
+    tracer.ignore_this_thread()
+    while not stop.wait(TAIL_INTERVAL):
+        try:
+            collector.collect(live=True)
+        except Exception:  # noqa: BLE001 - the final read after the command reports it
+            return
