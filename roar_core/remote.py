@@ -41,7 +41,7 @@ from typing import Any, BinaryIO
 from roar_core.config import Config
 from roar_core.declared import Declared
 from roar_core.ids import new_run_id
-from roar_core.session import new_session_dir
+from roar_core.session import hold_owner_lock, new_session_dir
 
 log = logging.getLogger("roar")
 
@@ -101,6 +101,7 @@ class RemoteRoar:
         # The tasks' sessions die with this object (each is read, then removed, as soon as
         # its task ends).
         self.sessions = new_session_dir(cfg, f"remote-{new_run_id()}", in_memory=True)
+        self._owner: int | None = hold_owner_lock(self.sessions)  # never swept while we live
         internal = [*internal, self.sessions]
         self._proc = subprocess.Popen(
             [python, "-m", "roar_core.remote"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -245,6 +246,9 @@ class RemoteRoar:
         except subprocess.TimeoutExpired:
             self._proc.kill()
         shutil.rmtree(self.sessions, ignore_errors=True)
+        if self._owner is not None:
+            os.close(self._owner)
+            self._owner = None
         return results or []
 
     @property

@@ -8,12 +8,14 @@ tracer with its exit status and signals passed through.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
 import stat
 import subprocess
 import threading
+import time
 import uuid
 from collections import defaultdict
 from pathlib import Path
@@ -26,11 +28,90 @@ from roar_core.config import Config
 def new_session_dir(config: Config, name: str | None = None, *,
                     in_memory: bool = False) -> Path:
     """A session directory under the roar home; `in_memory`: for a session that lives only
-    as long as the process that makes it, in `memory_sessions_dir()` where there is one."""
-    base = (memory_sessions_dir() if in_memory else None) or config.sessions_dir
+    as long as the process that makes it, in `memory_sessions_dir()` where there is one
+    (where sessions left by processes that died are swept away first)."""
+    memory = memory_sessions_dir() if in_memory else None
+    if memory is not None:
+        sweep_stale_sessions(memory)
+    base = memory or config.sessions_dir
     d = base / (name or uuid.uuid4().hex)
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+# An in-memory session is stale once nothing has changed in it for this long, no process
+# that logs into it is alive and no lock in it is held (a recorder service's, an engine's
+# owner.lock).  The wait spares a worker's session exported by `roar-core env airflow` and
+# not used yet: nothing shows whether a shell still means to start a worker with it.
+STALE_AFTER_S = 3600.0
+OWNER_LOCK = "owner.lock"
+
+
+def sweep_stale_sessions(base: Path, now: float | None = None) -> list[Path]:
+    """Remove the sessions under `base` that the processes which used them left behind
+    when they died (a killed engine or worker): RAM, on tmpfs, until the next reboot."""
+    now = time.time() if now is None else now
+    removed = []
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return removed
+    for entry in entries:
+        try:
+            if not entry.is_dir(follow_symlinks=False) or \
+                    now - entry.stat(follow_symlinks=False).st_mtime < STALE_AFTER_S:
+                continue
+            if _in_use(Path(entry.path)):
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(Path(entry.path))
+    return removed
+
+
+def _in_use(d: Path, depth: int = 2) -> bool:
+    """A live process logs here, or someone holds a lock here (depth: a RemoteRoar keeps
+    each task's session one level down)."""
+    locks = []
+    for entry in os.scandir(d):
+        name = entry.name
+        if entry.is_dir(follow_symlinks=False):
+            if depth > 1 and _in_use(Path(entry.path), depth - 1):
+                return True
+        elif name.endswith(".lock"):
+            locks.append(entry.path)
+        elif name.startswith("roar-") and name.endswith(".log"):
+            pid = name[5:].partition("-")[0]
+            if not pid.isdigit() or pid_alive(int(pid)):
+                return True
+    # Locks last: probing one takes it for an instant, which a service starting right
+    # then would read as another service holding it.
+    return any(_lock_held(p) for p in locks)
+
+
+def _lock_held(path: str) -> bool:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # also releases the lock if we just took it
+    return False
+
+
+def hold_owner_lock(d: Path) -> int:
+    """Mark `d` in use for as long as the calling process lives (or until the returned
+    descriptor is closed): sweep_stale_sessions leaves it alone."""
+    fd = os.open(d / OWNER_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
 
 
 def memory_sessions_dir() -> Path | None:
