@@ -102,6 +102,7 @@ class TaskSpec:
     engine_version: dict[str, str] | None = None  # Engine fields
     own_log: str | None = None  # the task process's log, and where it stood at begin
     own_log_offset: int = 0
+    own_log_dropped: int = 0  # its header's count of lost events at begin
     session: str | None = None  # a session of the task's own (all its logs are the task's)
 
 
@@ -368,7 +369,7 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             collector = SessionCollector(self.session_dir, root_pid=spec.pid,
                                          since_mono_ns=spec.began_mono_ns)
             if spec.own_log:
-                collector.skip(spec.own_log, spec.own_log_offset)
+                collector.skip(spec.own_log, spec.own_log_offset, spec.own_log_dropped)
         try:
             with self.turns.take(urgent=waited):
                 return self._record(meta, status, error, collector)

@@ -8,6 +8,7 @@ tracer with its exit status and signals passed through.
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import os
 import shutil
@@ -183,6 +184,9 @@ class SessionCollector:
         # grows, so the latest read has it), and the records found torn.
         self._log_dropped: dict[Path, int] = {}
         self._torn = 0
+        # For take: the part of each log's header count already charged to tasks (the
+        # count only grows; a log read again must not charge its old losses again).
+        self._charged: dict[Path, int] = {}
         self._pending: dict[str, list[tracelog.Record]] = defaultdict(list)
         self._dropped: dict[str, int] = defaultdict(int)
         self.errors: list[str] = []
@@ -250,18 +254,27 @@ class SessionCollector:
                 self._log_dropped[path] = log.header.dropped
                 self._torn += log.torn
                 if log.records or log.torn:
+                    # Attribution charges a log's losses to the tasks of the records read
+                    # with it: only those not charged yet (a log without new records
+                    # keeps them for its next read).
+                    total = log.header.dropped
+                    log.header = dataclasses.replace(
+                        log.header, dropped=max(0, total - self._charged.get(path, 0)))
+                    self._charged[path] = total
                     logs.append(log)
             for tag, events in attribute(logs).items():
                 self._pending[tag].extend(events.records)
                 self._dropped[tag] += events.dropped
 
-    def skip(self, path: str | os.PathLike, offset: int) -> None:
+    def skip(self, path: str | os.PathLike, offset: int, dropped: int = 0) -> None:
         """Start reading `path` at `offset`: a position in a live log taken before a task
         began, so what precedes it cannot be that task's (a long-lived process's log is
-        not re-read from the start for each of its tasks)."""
+        not re-read from the start for each of its tasks); `dropped`: its header's count
+        of lost events then, lost before the task."""
         with self._lock:
             p = Path(path)
             self._offsets[p] = max(self._offsets.get(p, 0), offset)
+            self._charged[p] = max(self._charged.get(p, 0), dropped)
 
     def owned(self) -> list[Path]:
         """With a root pid: the logs of its tree found so far."""

@@ -20,6 +20,18 @@ from pathlib import Path
 
 import pytest
 
+
+@pytest.fixture(autouse=True)
+def _runtime_dir(tmp_path_factory: pytest.TempPathFactory,
+                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-memory trace sessions (Snakemake's jobs', Airflow workers') go to a directory of
+    the test's, not the machine's /dev/shm: a test that kills an engine on purpose would
+    leave its session there, in RAM, for an hour (roar's sweep) or until a reboot."""
+    d = tmp_path_factory.mktemp("run")
+    d.chmod(0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(d))
+
+
 PG_USER = "roar"
 PG_DB = "roar_test"
 

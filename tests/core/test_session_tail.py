@@ -99,3 +99,73 @@ def test_a_log_read_many_times_counts_its_lost_events_once(tmp_path: Path) -> No
         collector.collect(live=True)
     collector.collect(settle=True)
     assert collector.take_all().dropped == 3
+
+
+# A traced process that writes a file, waits for a line on stdin, writes another, exits.
+TWO_STEPS = (
+    "import sys\n"
+    "open(sys.argv[1] + '/a.txt', 'w').close()\n"
+    "print('ready', flush=True)\n"
+    "sys.stdin.readline()\n"
+    "open(sys.argv[1] + '/b.txt', 'w').close()\n"
+)
+_DROPPED_AT = 56  # offset of `dropped` in the log header (tracelog._HEADER)
+
+
+def _set_dropped(log: Path, n: int) -> None:
+    fd = os.open(log, os.O_WRONLY)
+    try:
+        os.pwrite(fd, n.to_bytes(8, "little"), _DROPPED_AT)
+    finally:
+        os.close(fd)
+
+
+def test_losses_are_charged_once_to_the_tasks_reading_a_live_log(tmp_path: Path) -> None:
+    _usable()
+    import subprocess
+    import sys
+
+    session = tmp_path / "s"
+    session.mkdir()
+    proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", TWO_STEPS, str(tmp_path)],
+                            env=tracer.preload_env(session, tag="T"), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        (log,) = tracelog.log_files(session)
+        assert tracelog._HEADER.unpack_from(
+            log.read_bytes()[:tracelog._HEADER.size])[10] == 0
+        _set_dropped(log, 5)  # the shim lost 5 events before now
+        collector = SessionCollector(session)
+        collector.collect()
+        first = collector.take("T")
+        assert b"a.txt" in {os.path.basename(r.path) for r in first.records}
+        assert first.dropped == 5
+        _set_dropped(log, 7)  # and 2 more since
+        proc.communicate("go\n", timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    collector.collect()
+    second = collector.take("T")
+    assert b"b.txt" in {os.path.basename(r.path) for r in second.records}
+    assert second.dropped == 2
+
+
+def test_losses_before_a_task_began_are_not_its_own(tmp_path: Path) -> None:
+    _usable()
+    import subprocess
+    import sys
+
+    session = tmp_path / "s"
+    session.mkdir()
+    subprocess.run([sys.executable, "-I", "-S", "-c",
+                    "open(__import__('sys').argv[1] + '/c.txt', 'w').close()", str(tmp_path)],
+                   env=tracer.preload_env(session, tag="T"), check=True)
+    (log,) = tracelog.log_files(session)
+    _set_dropped(log, 4)
+    collector = SessionCollector(session)
+    collector.skip(log, 0, dropped=4)  # all 4 lost before the task (its begin saw 4)
+    collector.collect()
+    t = collector.take("T")
+    assert b"c.txt" in {os.path.basename(r.path) for r in t.records} and t.dropped == 0

@@ -210,10 +210,12 @@ class RoarHook(BaseHook):
                                  "recording in the task process", Path(session) / "recorder.log")
                 return None
         shim = tracer.loaded()
-        own_log, offset = (shim.log_path() if shim and task_session is None else None), 0
+        own_log, offset, dropped = (
+            shim.log_path() if shim and task_session is None else None), 0, 0
         if own_log is not None:
             try:
-                offset = tracelog.read_header(own_log).reserved
+                head = tracelog.read_header(own_log)
+                offset, dropped = head.reserved, head.dropped
             except tracelog.TraceLogError:
                 own_log = None
         client.begin(TaskSpec(
@@ -222,6 +224,7 @@ class RoarHook(BaseHook):
             engine_task_id=ident.engine_task_id, attempt=ident.attempt,
             engine_version={"name": "airflow", "version": airflow_version()},
             own_log=os.fspath(own_log) if own_log else None, own_log_offset=offset,
+            own_log_dropped=dropped,
             session=os.fspath(task_session) if task_session else None))
         return client
 
