@@ -14,7 +14,7 @@ import sqlite3
 import threading
 import weakref
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 _log = logging.getLogger(__name__)
 
@@ -56,9 +56,11 @@ _PUT = (
 )
 
 
-@dataclass(frozen=True)
-class FileState:
-    """Identity of one version of a file: a write changes size or ctime, a replace changes ino."""
+class FileState(NamedTuple):
+    """Identity of one version of a file: a write changes size or ctime, a replace changes ino.
+
+    A NamedTuple: two are made and compared per file hashed (measured: 0.24 us to make one,
+    0.04 to compare, against 0.64 and 0.16 for a frozen dataclass)."""
 
     dev: int
     ino: int

@@ -20,6 +20,7 @@ ROLES: tuple[str, ...] = ("input", "output", "deleted", "transient")
 STATUSES: tuple[str, ...] = ("RUNNING", "COMPLETE", "FAIL", "ABORT")
 
 _DIGEST_RE = re.compile(r"(?:blake3:)?([0-9a-f]{64})")
+_CANONICAL_RE = re.compile(r"blake3:[0-9a-f]{64}")
 _SCHEME_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
@@ -163,6 +164,8 @@ class ProducedFile:
 
 def canonical_digest(digest: str) -> str:
     """Return "blake3:<64 lowercase hex>"; a bare 64-hex digest is accepted and prefixed."""
+    if _CANONICAL_RE.fullmatch(digest):  # the usual case, the recorder's own digests
+        return digest
     m = _DIGEST_RE.fullmatch(digest.lower())
     if m is None:
         raise ValueError(f"not a blake3 digest: {digest!r} (expected 'blake3:<64 hex>')")
@@ -206,7 +209,10 @@ def checked_access(a: Access) -> Access:
     check_uri(a.uri)
     if a.digest is None:
         return a
-    return Access(a.uri, a.role, canonical_digest(a.digest), a.size, a.mtime_ns, a.path_read)
+    digest = canonical_digest(a.digest)
+    if digest is a.digest:
+        return a  # one per file of a task: no copy when nothing changes
+    return Access(a.uri, a.role, digest, a.size, a.mtime_ns, a.path_read)
 
 
 def code_json(code: Iterable[CodeFile]) -> list[dict[str, str]]:
