@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from roar_core import journal
+from roar_core.session import lock_held
 
 LOCK = "recorder.lock"
 ENDING = "job-ending"  # written at the end of the job: actors dying now simply ended
@@ -32,17 +33,7 @@ _SPAWN_LOCK = threading.Lock()
 
 
 def running(node_dir: Path) -> bool:
-    try:
-        fd = os.open(node_dir / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    finally:
-        os.close(fd)  # releases the lock if we got it
-    return False
+    return lock_held(node_dir / LOCK)
 
 
 def ensure(node_dir: Path, internal: list[str]) -> None:
