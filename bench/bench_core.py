@@ -211,6 +211,17 @@ def main() -> int:
                         + statistics.median(fr["untraced"][0])) / big
         print(f"  -> at N={big}: roar-core adds {1e6 * per_file_big:.1f} µs/file end to end "
               "(limit 50)")
+        # The same difference within each rep (its four runs ran minutes apart at most):
+        # how much the figure above moves with the machine's drift.
+        v = "roar-core run --wait"
+        paired = sorted((fr[v][big][i] - fr["untraced"][big][i] - fr[v][0][i]
+                         + fr["untraced"][0][i]) / big
+                        for i in range(min(len(fr[v][big]), len(fr[v][0]))))
+        if len(paired) >= 3:
+            q = statistics.quantiles(paired, n=4)
+            print(f"     per rep: median {1e6 * statistics.median(paired):.1f}, quartiles "
+                  f"{1e6 * q[0]:.1f}-{1e6 * q[2]:.1f}, range {1e6 * paired[0]:.1f}-"
+                  f"{1e6 * paired[-1]:.1f} µs/file ({len(paired)} reps)")
 
         if not args.no_hash:
             print("\n== 3. hashing a 1 GiB page-cached file ==")
