@@ -218,12 +218,13 @@ class SessionCollector:
                     grew = True
         return [p for p in paths if p in self._mine]
 
-    def collect(self, settle: bool = False, live: bool = False) -> None:
+    def collect(self, settle: bool = False, live: bool = False) -> int:
         """Read what the logs hold now.  `settle`: the session's command has ended, so a
         log first seen now is read to its end too when its process is gone (a record it
         left half-written counts as dropped), as read_session would.  `live`: processes
         may be starting: a log without its header yet is looked at again next time
-        instead of being reported as unreadable (the shim creates it, then writes it)."""
+        instead of being reported as unreadable (the shim creates it, then writes it).
+        Returns how many records it read."""
         with self._lock:
             logs = []
             if self._tree is None:
@@ -266,6 +267,7 @@ class SessionCollector:
             for tag, events in attribute(logs).items():
                 self._pending[tag].extend(events.records)
                 self._dropped[tag] += events.dropped
+            return sum(len(log.records) for log in logs)
 
     def skip(self, path: str | os.PathLike, offset: int, dropped: int = 0) -> None:
         """Start reading `path` at `offset`: a position in a live log taken before a task
@@ -352,12 +354,17 @@ def run_traced(argv: list[str], session_dir: Path | None, tag: str | None,
 # Between reads of a running command's logs: long enough that a quiet command costs
 # nothing, short enough that reading keeps pace with one that logs fast.
 TAIL_INTERVAL = 0.01
+# A read that finds nothing new doubles the wait, up to this: a long quiet command (hours
+# of computing, a few files) is looked at a few times a second, not a hundred.
+TAIL_INTERVAL_MAX = 0.25
 
 
 def _tail(collector: SessionCollector, stop: threading.Event) -> None:
     tracer.ignore_this_thread()
-    while not stop.wait(TAIL_INTERVAL):
+    interval = TAIL_INTERVAL
+    while not stop.wait(interval):
         try:
-            collector.collect(live=True)
+            found = collector.collect(live=True)
         except Exception:  # noqa: BLE001 - the final read after the command reports it
             return
+        interval = TAIL_INTERVAL if found else min(2 * interval, TAIL_INTERVAL_MAX)

@@ -25,9 +25,10 @@ class _Watched(SessionCollector):
         super().__init__(directory)
         self.held: list[int] = []
 
-    def collect(self, settle: bool = False, live: bool = False) -> None:
-        super().collect(settle, live)
+    def collect(self, settle: bool = False, live: bool = False) -> int:
+        found = super().collect(settle, live)
         self.held.append(sum(len(r) for r in self._pending.values()))
+        return found
 
 
 def test_logs_are_read_while_the_command_runs(tmp_path: Path) -> None:
@@ -43,6 +44,17 @@ def test_logs_are_read_while_the_command_runs(tmp_path: Path) -> None:
     watched.collect(settle=True)
     names = {os.path.basename(r.path) for r in watched.take_all().records}
     assert {b"out.txt", b"late.txt"} <= names
+
+
+def test_a_quiet_command_is_read_less_and_less_often(tmp_path: Path) -> None:
+    _usable()
+    session = tmp_path / "s"
+    session.mkdir()
+    watched = _Watched(session)
+    assert run_traced(["sh", "-c", "echo x > out.txt; sleep 1.5"], session, "T", cwd=tmp_path,
+                      tail=watched) == 0
+    # Every 10 ms, that would be ~150 reads; backing off to 0.25 s, about a dozen.
+    assert 2 <= len(watched.held) <= 20, len(watched.held)
 
 
 def test_a_log_still_being_created_is_not_an_error_until_the_end(tmp_path: Path) -> None:
