@@ -66,7 +66,7 @@ def sweep_stale_sessions(base: Path, now: float | None = None) -> list[Path]:
                 continue
         except OSError:
             continue
-        shutil.rmtree(entry.path, ignore_errors=True)
+        remove_session_dir(Path(entry.path))
         removed.append(Path(entry.path))
     return removed
 
@@ -181,10 +181,7 @@ class SessionCollector:
         self._offsets: dict[Path, int] = {}
         self._headers: dict[Path, tracelog.LogHeader] = {}
         self._finished: set[Path] = set()  # read to the end after its process was gone
-        # For take_all: each log's own count of lost events (its header's, which only
-        # grows, so the latest read has it), and the records found torn.
-        self._log_dropped: dict[Path, int] = {}
-        self._torn = 0
+        self._torn = 0  # records found half-written, over all reads (for take_all)
         # For take: the part of each log's header count already charged to tasks (the
         # count only grows; a log read again must not charge its old losses again).
         self._charged: dict[Path, int] = {}
@@ -253,7 +250,6 @@ class SessionCollector:
                     continue
                 self._headers[path] = log.header
                 self._offsets[path] = log.next_offset
-                self._log_dropped[path] = log.header.dropped
                 self._torn += log.torn
                 if log.records or log.torn:
                     # Attribution charges a log's losses to the tasks of the records read
@@ -293,8 +289,9 @@ class SessionCollector:
         is one task: `roar-core run`'s)."""
         with self._lock:
             t = TaskEvents("", [r for records in self._pending.values() for r in records])
-            # Per log, not per task: a log read many times counts its header's drops once.
-            t.dropped = sum(self._log_dropped.values()) + self._torn
+            # Per log, not per task: a log read many times counts its header's drops once
+            # (the count only grows: the header of its latest read has them all).
+            t.dropped = sum(h.dropped for h in self._headers.values()) + self._torn
             self._pending.clear()
             self._dropped.clear()
         t.pids = {r.pid for r in t.records}
