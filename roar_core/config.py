@@ -40,6 +40,7 @@ class Config:
     include: tuple[str, ...] = ()  # globs: only these paths are lineage (empty: all)
     exclude: tuple[str, ...] = ()  # globs never recorded as lineage
     hash_workers: int = 0  # 0: a sensible default for this machine
+    native_hash: bool = True  # small files through the native batch hasher, when built
     emit: bool = True  # send OpenLineage events (always spooled first)
     disabled: bool = False  # kill switch: run tasks untraced and record nothing
     project_root: Path = field(default=Path("."), compare=False)

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from blake3 import blake3
 
-from . import tracer
+from . import nativehash, tracer
 from .statcache import FileState, StatCache, reset_after_fork
 
 __all__ = ["BIG_FILE", "FileState", "HashResult", "Hasher", "StatCache", "blake3_file"]
@@ -37,6 +37,8 @@ BIG_FILE = 16 * 1024 * 1024
 _INLINE_MAX = 64 * 1024
 # Files per cache transaction and per progress report.
 _BATCH = 256
+# Fewer small files than this are not worth loading the native hasher or splitting work.
+_NATIVE_MIN = 16
 # Read size when a big file cannot be mmap'ed.
 _CHUNK = 8 * 1024 * 1024
 # A file whose ctime is this recent when we start reading it may still get a write stamped with
@@ -131,6 +133,10 @@ class Hasher:
     of ``big_file`` bytes or more is mmap'ed and hashed with all cores. Symlinks are followed;
     results keep the path as given. The cache is the caller's: ``close()`` shuts the pool down
     and leaves the cache open.
+
+    With ``native`` (and the batch hasher built, see :mod:`roar_core.nativehash`), the small
+    files go through it in two halves, one on the pool: a file it could not read, or whose
+    stat after the read differs from the one before, is done again here in Python.
     """
 
     def __init__(
@@ -142,6 +148,7 @@ class Hasher:
         *,
         use_mmap: bool = True,
         racy_window_ns: int = RACY_WINDOW_NS,
+        native: bool = True,
     ) -> None:
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
@@ -151,6 +158,7 @@ class Hasher:
         self.max_retries = max_retries
         self.use_mmap = use_mmap
         self.racy_window_ns = racy_window_ns
+        self.native = native
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         reset_after_fork(self)
@@ -231,6 +239,16 @@ class Hasher:
         # the GIL are slower than this thread alone (measured: 4 KiB files, 2 cores: 17 µs/file
         # inline, 31 µs on 2 threads); they are hashed here meanwhile.
         futures = [self._get_pool().submit(self._hash_many, [p], before) for p in large]
+        batch = self._native_batch(len(small))
+        if batch is not None:
+            # The native calls drop the GIL: the pool's half runs on another core.
+            half = len(small) // 2
+            future = self._get_pool().submit(self._hash_native, batch, small[:half], before)
+            mine = self._hash_native(batch, small[half:], before)
+            small = []
+            for part in (future.result(), mine):
+                for i in range(0, len(part), _BATCH):
+                    collect(part[i : i + _BATCH])
         for i in range(0, len(small), _BATCH):
             collect(self._hash_many(small[i : i + _BATCH], before))
         for future in as_completed(futures):
@@ -261,6 +279,31 @@ class Hasher:
     ) -> list[tuple[Path, HashResult | None, bool]]:
         known = known or {}
         return [(p, *self._hash_uncached(p, known.get(p))) for p in paths]
+
+    def _native_batch(self, n: int) -> nativehash.BatchHasher | None:
+        return nativehash.load() if self.native and n >= _NATIVE_MIN else None
+
+    def _hash_native(
+        self, batch: nativehash.BatchHasher, paths: list[Path], before: Mapping[Path, FileState]
+    ) -> list[tuple[Path, HashResult | None, bool]]:
+        out: list[tuple[Path, HashResult | None, bool]] = []
+        names = [os.fsencode(p) for p in paths]
+        ok = [b"\0" not in n for n in names]  # open() would refuse those: left to Python
+        rows = iter(batch.hash([n for n, k in zip(names, ok, strict=True) if k],
+                               [before[p].size for p, k in zip(paths, ok, strict=True) if k]))
+        window = self.racy_window_ns
+        for path, k in zip(paths, ok, strict=True):
+            r = next(rows) if k else None
+            if r is not None and r[0] == 0:
+                b = before[path]
+                after = FileState(r[4], r[5], r[6], r[7], r[8])
+                if after == b:
+                    out.append((path, HashResult(path, r[9].decode(), r[2], after, True, False),
+                                r[3] - b.ctime_ns >= window))
+                    continue
+            # Failed, or changed since `before`: the Python path retries and reports.
+            out.append((path, *self._hash_uncached(path, before[path])))
+        return out
 
     def _hash_uncached(
         self, path: Path, known: FileState | None = None

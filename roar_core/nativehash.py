@@ -1,0 +1,66 @@
+"""The batch hasher built from tracer-bins/hashbatch (Rust), loaded with ctypes.
+
+It hashes a list of small files in one call with the GIL released, one attempt per file;
+`roar_core.hashing` decides from each result whether the file stayed put and redoes the
+rest itself.  Optional: where the package was built without cargo, `load()` is None and
+hashing stays in Python.
+"""
+
+from __future__ import annotations
+
+import functools
+import struct
+from array import array
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+LIB_NAME = "libroar_hashbatch.so"
+ABI = 1
+# struct HashOut in tracer-bins/hashbatch/src/lib.rs.
+_OUT = struct.Struct("<iiQqQQqqq64s")
+# Field positions in one unpacked HashOut.
+STATUS, ERRNO, NBYTES, READ_AT_NS, DEV, INO, SIZE, MTIME_NS, CTIME_NS, HEX = range(10)
+
+
+def library_path() -> Path:
+    return Path(__file__).resolve().parent / "_bin" / LIB_NAME
+
+
+class BatchHasher:
+    def __init__(self, lib: Any) -> None:
+        import ctypes
+
+        self._ctypes = ctypes
+        self._fn = lib.roar_hash_files
+        self._fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t,
+                             ctypes.c_void_p]
+        self._fn.restype = None
+
+    def hash(self, paths: Sequence[bytes], sizes: Sequence[int]) -> list[tuple[Any, ...]]:
+        """One HashOut tuple per path (fields: the constants above).  Paths are bytes
+        without NUL; `sizes` are their sizes as last stat'ed (one read then suffices)."""
+        n = len(paths)
+        if not n:
+            return []
+        ctypes = self._ctypes
+        joined = b"\0".join(paths) + b"\0"
+        sz = array("q", sizes)
+        out = ctypes.create_string_buffer(_OUT.size * n)
+        # ctypes drops the GIL for the call: another thread can hash another batch.
+        self._fn(joined, sz.buffer_info()[0], n, out)
+        return list(_OUT.iter_unpack(out.raw))
+
+
+@functools.lru_cache(maxsize=1)
+def load() -> BatchHasher | None:
+    """The batch hasher, or None where it was not built or is not this version's."""
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL(str(library_path()))
+        if lib.roar_hashbatch_abi() != ABI:
+            return None
+    except (OSError, AttributeError):
+        return None
+    return BatchHasher(lib)

@@ -1,0 +1,138 @@
+//! Batch hashing of small files for `roar_core.hashing`.
+//!
+//! For files of a few KiB the interpreter's per-file work (objects, calls, attribute
+//! lookups) costs as much as the open/read/close/stat syscalls themselves; here a whole
+//! batch is one call, made with the GIL released.  One attempt per file: the caller
+//! compares the stat after the read with its own before it, and redoes in Python any file
+//! that changed or failed, so retries and error reporting live in one place.
+
+use std::ffi::CStr;
+use std::os::raw::c_char;
+
+/// Bumped whenever `HashOut` or the entry point changes; the Python side checks it.
+const ABI: u32 = 1;
+
+#[repr(C)]
+pub struct HashOut {
+    /// 0: hashed; otherwise the step that failed: 1 open, 2 read, 3 stat after,
+    /// 4 not a regular file after.
+    pub status: i32,
+    pub errno: i32,
+    pub nbytes: u64,
+    /// CLOCK_REALTIME just before the read, to tell how settled the file's ctime was.
+    pub read_at_ns: i64,
+    pub dev: u64,
+    pub ino: u64,
+    pub size: i64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+    pub hex: [u8; 64],
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+fn now_ns() -> i64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+/// Reads `fd` to its end into `buf`.  The first read asks for `size + 1` bytes: a short
+/// read is the end of a file that did not grow, so most files take one read.
+fn read_all(fd: i32, size: usize, buf: &mut Vec<u8>) -> Result<(), i32> {
+    buf.clear();
+    buf.reserve(size + 1);
+    loop {
+        let room = buf.capacity() - buf.len();
+        let got = unsafe {
+            libc::read(fd, buf.as_mut_ptr().add(buf.len()) as *mut libc::c_void, room)
+        };
+        if got < 0 {
+            match errno() {
+                libc::EINTR => continue,
+                e => return Err(e),
+            }
+        }
+        if got == 0 {
+            return Ok(());
+        }
+        unsafe { buf.set_len(buf.len() + got as usize) };
+        if buf.len() <= size {
+            return Ok(());
+        }
+        if buf.len() == buf.capacity() {
+            buf.reserve(buf.len());
+        }
+    }
+}
+
+fn hash_one(path: &CStr, size: usize, buf: &mut Vec<u8>, out: &mut HashOut) {
+    // O_NONBLOCK: should a FIFO replace the file since the caller's stat, open must not hang.
+    let flags = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK;
+    let fd = unsafe { libc::open(path.as_ptr(), flags) };
+    if fd < 0 {
+        out.status = 1;
+        out.errno = errno();
+        return;
+    }
+    out.read_at_ns = now_ns();
+    let read = read_all(fd, size, buf);
+    unsafe { libc::close(fd) };
+    if let Err(e) = read {
+        out.status = 2;
+        out.errno = e;
+        return;
+    }
+    out.nbytes = buf.len() as u64;
+    out.hex.copy_from_slice(blake3::hash(buf).to_hex().as_bytes());
+    // The path, not the fd: a rename over it meanwhile shows as another inode.
+    let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
+    if unsafe { libc::stat64(path.as_ptr(), &mut st) } != 0 {
+        out.status = 3;
+        out.errno = errno();
+        return;
+    }
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        out.status = 4;
+        return;
+    }
+    out.dev = st.st_dev;
+    out.ino = st.st_ino;
+    out.size = st.st_size;
+    out.mtime_ns = st.st_mtime * 1_000_000_000 + st.st_mtime_nsec;
+    out.ctime_ns = st.st_ctime * 1_000_000_000 + st.st_ctime_nsec;
+}
+
+/// Hashes `n` files: their NUL-terminated paths follow one another in `paths`, `sizes`
+/// holds each one's size as last stat'ed, and one `HashOut` per file goes to `out`.
+///
+/// # Safety
+/// `paths` holds `n` NUL-terminated strings back to back; `sizes` and `out` have `n` entries.
+#[no_mangle]
+pub unsafe extern "C" fn roar_hash_files(
+    paths: *const c_char,
+    sizes: *const i64,
+    n: usize,
+    out: *mut HashOut,
+) {
+    let mut buf = Vec::with_capacity(64 * 1024);
+    let mut p = paths;
+    for i in 0..n {
+        let path = CStr::from_ptr(p);
+        p = p.add(path.to_bytes().len() + 1);
+        let o = &mut *out.add(i);
+        o.status = 0;
+        o.errno = 0;
+        hash_one(path, (*sizes.add(i)).max(0) as usize, &mut buf, o);
+        if buf.capacity() > 1 << 20 {
+            buf = Vec::with_capacity(64 * 1024); // one file that grew: do not keep its buffer
+        }
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn roar_hashbatch_abi() -> u32 {
+    ABI
+}
