@@ -86,7 +86,8 @@ class Roar:
         self.spool = (Spool(c.spool_dir, client=client or default_client(c), start=send)
                       if c.emit else None)
         self.cache = StatCache(c.statcache_path)
-        self.hasher = Hasher(self.cache, workers=c.hash_workers or None, use_mmap=use_mmap)
+        self.hasher = Hasher(self.cache, workers=c.hash_workers or None, use_mmap=use_mmap,
+                             native=c.native_hash)
         keep = PathFilter.build([c.home, *internal], c.include, c.exclude)
         self.recorder = Recorder(self.store, self.spool, self.hasher, keep, c.file_host, progress)
         self.host = socket.gethostname()

@@ -250,6 +250,7 @@ def doctor() -> None:
     checks += [
         ("config", "ok", f"project {cfg.project_root}, home {cfg.home}, "
                          f"namespace {cfg.namespace}{off}"),
+        views.check_hasher(cfg),
         views.check_store(cfg),
         views.check_openlineage(cfg),
         views.check_spool(cfg),

@@ -479,6 +479,18 @@ def check_tracer() -> Check:
     return "tracer", "ok" if st.usable else "FAIL", st.reason
 
 
+def check_hasher(cfg: config_mod.Config) -> Check:
+    from roar_core import nativehash
+
+    if not cfg.native_hash:
+        return "hashing", "ok", "in Python (native_hash is off)"
+    if nativehash.load() is None:
+        # Correct, only slower for many small files: a warning, not a failure.
+        return "hashing", "WARN", (f"in Python: {nativehash.library_path()} is missing "
+                                   "(reinstall with cargo on PATH to build it)")
+    return "hashing", "ok", f"native batch hasher {nativehash.library_path()}"
+
+
 def check_store(cfg: config_mod.Config) -> Check:
     where = store_location(cfg)
     if store_missing(cfg):

@@ -28,34 +28,21 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import cache
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 from uuid import UUID
 
-from openlineage.client.event_v2 import InputDataset, OutputDataset, RunEvent, RunState
-from openlineage.client.facet_v2 import (
-    JobFacet,
-    RunFacet,
-    dataset_version_dataset,
-    error_message_run,
-    job_type_job,
-    lifecycle_state_change_dataset,
-    output_statistics_output_dataset,
-    parent_run,
-    processing_engine_run,
-    source_code_job,
-    source_code_location_job,
-    symlinks_dataset,
-)
-from openlineage.client.serde import Serde
-from openlineage.client.uuid import generate_new_uuid
-
-from roar_core.facets import ContentHashDatasetFacet, RoarIORunFacet, RoarTaskRunFacet
+from roar_core import ids
 from roar_core.redact import redact_argv, redact_text
+
+if TYPE_CHECKING:
+    from openlineage.client.event_v2 import InputDataset, OutputDataset, RunEvent
+    from openlineage.client.facet_v2 import JobFacet, RunFacet
 
 HASH_ALGORITHM = "blake3"
 _HEX_DIGEST = re.compile(r"[0-9a-f]{64}")  # blake3's default 32-byte output
-_LIFECYCLES = tuple(s.value for s in lifecycle_state_change_dataset.LifecycleStateChange)
+# LifecycleStateChange's values (tests/core/test_emission.py holds this to the client's).
+_LIFECYCLES = ("ALTER", "CREATE", "DROP", "OVERWRITE", "RENAME", "TRUNCATE")
 # Symlink identifiers name the path a task actually read when it is published under the
 # producer's identity (join by content hash).
 SYMLINK_TYPE = "FILE"
@@ -78,8 +65,8 @@ def producer() -> str:
 
 
 def new_run_id() -> str:
-    """A fresh run id: UUIDv7 (time-ordered) from the client's helper."""
-    return str(generate_new_uuid())
+    """A fresh run id: UUIDv7 (time-ordered)."""
+    return ids.new_run_id()
 
 
 # ---- inputs -------------------------------------------------------------------------------
@@ -249,56 +236,74 @@ class Event(dict[str, Any]):
     __slots__ = ()
 
 
-# Schema URLs of the event and of each facet class: constants of the classes, read once here
-# rather than per facet object (the client's base facet fills `_schemaURL` in every __init__).
-_EVENT_SCHEMA = RunEvent._get_schema()
-_VERSION_SCHEMA = dataset_version_dataset.DatasetVersionDatasetFacet._get_schema()
-_CONTENT_HASH_SCHEMA = ContentHashDatasetFacet._get_schema()
-_LIFECYCLE_SCHEMA = lifecycle_state_change_dataset.LifecycleStateChangeDatasetFacet._get_schema()
-_SYMLINKS_SCHEMA = symlinks_dataset.SymlinksDatasetFacet._get_schema()
-_OUTPUT_STATISTICS_SCHEMA = (
-    output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet._get_schema()
-)
-_PARENT_SCHEMA = parent_run.ParentRunFacet._get_schema()
-_PROCESSING_ENGINE_SCHEMA = processing_engine_run.ProcessingEngineRunFacet._get_schema()
-_ERROR_MESSAGE_SCHEMA = error_message_run.ErrorMessageRunFacet._get_schema()
-_JOB_TYPE_SCHEMA = job_type_job.JobTypeJobFacet._get_schema()
-_SOURCE_CODE_SCHEMA = source_code_job.SourceCodeJobFacet._get_schema()
-_SOURCE_CODE_LOCATION_SCHEMA = source_code_location_job.SourceCodeLocationJobFacet._get_schema()
-_ROAR_TASK_SCHEMA = RoarTaskRunFacet._get_schema()
-_ROAR_IO_SCHEMA = RoarIORunFacet._get_schema()
+# roar's own facets: versioned JSON schemas shipped in roar_core/schemas/ (see facets.py).
+ROAR_SCHEMA_BASE = "https://roar.dev/spec/facets"
+
+
+def schema_url(version: str, facet: str) -> str:
+    return f"{ROAR_SCHEMA_BASE}/{version}/{facet}.json#/$defs/{facet}"
+
+
+# Schema URLs of the event and of each facet, as the client's classes give them
+# (`_get_schema()`): written out, because importing the client (its transports, HTTP
+# libraries, asyncio) costs ~0.2 s in every process that only records and spools. The
+# client is imported where it is used: to send, and for the objects engines ask for.
+# tests/core/test_emission.py holds each URL to the installed client's.
+_OL = "https://openlineage.io/spec"
+
+
+def _ol_facet(version: str, facet: str) -> str:
+    return f"{_OL}/facets/{version}/{facet}.json#/$defs/{facet}"
+
+
+_EVENT_SCHEMA = f"{_OL}/2-0-2/OpenLineage.json#/$defs/RunEvent"
+_VERSION_SCHEMA = _ol_facet("1-0-1", "DatasetVersionDatasetFacet")
+_LIFECYCLE_SCHEMA = _ol_facet("1-0-1", "LifecycleStateChangeDatasetFacet")
+_SYMLINKS_SCHEMA = _ol_facet("1-0-1", "SymlinksDatasetFacet")
+_OUTPUT_STATISTICS_SCHEMA = _ol_facet("1-0-2", "OutputStatisticsOutputDatasetFacet")
+_PARENT_SCHEMA = _ol_facet("1-2-0", "ParentRunFacet")
+_PROCESSING_ENGINE_SCHEMA = _ol_facet("1-1-1", "ProcessingEngineRunFacet")
+_ERROR_MESSAGE_SCHEMA = _ol_facet("1-0-1", "ErrorMessageRunFacet")
+_JOB_TYPE_SCHEMA = _ol_facet("2-0-4", "JobTypeJobFacet")
+_SOURCE_CODE_SCHEMA = _ol_facet("1-0-1", "SourceCodeJobFacet")
+_SOURCE_CODE_LOCATION_SCHEMA = _ol_facet("1-1-0", "SourceCodeLocationJobFacet")
+_CONTENT_HASH_SCHEMA = schema_url("1-0-0", "ContentHashDatasetFacet")
+_ROAR_TASK_SCHEMA = schema_url("1-0-0", "RoarTaskRunFacet")
+_ROAR_IO_SCHEMA = schema_url("1-0-0", "RoarIORunFacet")
+
+START, COMPLETE, FAIL, ABORT = "START", "COMPLETE", "FAIL", "ABORT"  # RunState's values
 
 
 def start_event(t: TaskLineage) -> Event:
-    return _task_event(RunState.START, t)
+    return _task_event(START, t)
 
 
 def complete_event(t: TaskLineage) -> Event:
-    return _task_event(RunState.COMPLETE, t)
+    return _task_event(COMPLETE, t)
 
 
 def fail_event(t: TaskLineage) -> Event:
-    return _task_event(RunState.FAIL, t)
+    return _task_event(FAIL, t)
 
 
 def abort_event(t: TaskLineage) -> Event:
-    return _task_event(RunState.ABORT, t)
+    return _task_event(ABORT, t)
 
 
 def workflow_start(w: WorkflowLineage) -> Event:
-    return _event(RunState.START, w, w.job_type)
+    return _event(START, w, w.job_type)
 
 
 def workflow_complete(w: WorkflowLineage) -> Event:
-    return _event(RunState.COMPLETE, w, w.job_type)
+    return _event(COMPLETE, w, w.job_type)
 
 
 def workflow_fail(w: WorkflowLineage) -> Event:
-    return _event(RunState.FAIL, w, w.job_type)
+    return _event(FAIL, w, w.job_type)
 
 
 def workflow_abort(w: WorkflowLineage) -> Event:
-    return _event(RunState.ABORT, w, w.job_type)
+    return _event(ABORT, w, w.job_type)
 
 
 def to_dict(event: Event | RunEvent | Mapping[str, Any]) -> dict[str, Any]:
@@ -309,6 +314,8 @@ def to_dict(event: Event | RunEvent | Mapping[str, Any]) -> dict[str, Any]:
     """
     if isinstance(event, Event):
         return dict(event)
+    from openlineage.client.serde import Serde
+
     return Serde.to_dict(dict(event) if isinstance(event, Mapping) else event)
 
 
@@ -316,6 +323,8 @@ def to_json(event: Event | RunEvent | Mapping[str, Any]) -> str:
     """Deterministic JSON (sorted keys, no nulls), byte for byte the client's `Serde.to_json`."""
     if isinstance(event, Event):
         return json.dumps(event, sort_keys=True)
+    from openlineage.client.serde import Serde
+
     return Serde.to_json(dict(event) if isinstance(event, Mapping) else event)
 
 
@@ -328,6 +337,8 @@ def input_dataset(d: Dataset) -> InputDataset:
 
     The facets are the JSON-ready dicts our own events carry (the client serializes dict
     facets as they are), so both paths share one builder."""
+    from openlineage.client.event_v2 import InputDataset
+
     data = _input(d, producer())
     return InputDataset(
         namespace=data["namespace"],
@@ -340,6 +351,8 @@ def input_dataset(d: Dataset) -> InputDataset:
 def output_dataset(d: Dataset) -> OutputDataset:
     """A recorded output as the client's `OutputDataset`, with roar's dataset facets (dicts,
     as for `input_dataset`)."""
+    from openlineage.client.event_v2 import OutputDataset
+
     data = _output(d, producer())
     return OutputDataset(
         namespace=data["namespace"],
@@ -367,7 +380,7 @@ def task_run_facets(t: TaskLineage) -> dict[str, dict[str, Any]]:
     return run_facets
 
 
-def _task_event(state: RunState, t: TaskLineage) -> Event:
+def _task_event(state: str, t: TaskLineage) -> Event:
     p = producer()
     return _event(
         state,
@@ -380,7 +393,7 @@ def _task_event(state: RunState, t: TaskLineage) -> Event:
 
 
 def _event(
-    state: RunState,
+    state: str,
     info: _Lineage,
     job_type: JobType,
     *,
@@ -402,7 +415,7 @@ def _event(
             name=_nonempty(info.engine.name, "engine name"),
             openlineageAdapterVersion=roar_version(),
         )
-    if state in (RunState.FAIL, RunState.ABORT) and info.error_message:
+    if state in (FAIL, ABORT) and info.error_message:
         facets["errorMessage"] = _facet(
             _ERROR_MESSAGE_SCHEMA,
             message=redact_text(info.error_message),
@@ -411,7 +424,7 @@ def _event(
         )
     return Event(
         eventTime=_event_time(info.event_time),
-        eventType=state.value,
+        eventType=state,
         producer=producer(),
         schemaURL=_EVENT_SCHEMA,
         run={"runId": _run_id(info.run_id), "facets": facets},
@@ -437,6 +450,10 @@ def _copy(items: list[str] | None) -> list[str] | None:
 def _plain_facets(facets: Mapping[str, Any]) -> dict[str, Any]:
     # Facets from integrations, a few per event: the client's objects or dicts of unknown
     # content, both through its serializer so that the event stays null-free.
+    if not facets:
+        return {}
+    from openlineage.client.serde import Serde
+
     return {
         key: Serde.to_dict(dict(f) if isinstance(f, Mapping) else f) for key, f in facets.items()
     }

@@ -11,11 +11,7 @@ from __future__ import annotations
 import attr
 from openlineage.client.generated.base import DatasetFacet, RunFacet
 
-SCHEMA_BASE = "https://roar.dev/spec/facets"
-
-
-def _schema_url(version: str, facet: str) -> str:
-    return f"{SCHEMA_BASE}/{version}/{facet}.json#/$defs/{facet}"
+from roar_core.emission import schema_url
 
 
 @attr.define
@@ -30,7 +26,7 @@ class ContentHashDatasetFacet(DatasetFacet):
 
     @staticmethod
     def _get_schema() -> str:
-        return _schema_url("1-0-0", "ContentHashDatasetFacet")
+        return schema_url("1-0-0", "ContentHashDatasetFacet")
 
 
 @attr.define
@@ -55,7 +51,7 @@ class RoarTaskRunFacet(RunFacet):
 
     @staticmethod
     def _get_schema() -> str:
-        return _schema_url("1-0-0", "RoarTaskRunFacet")
+        return schema_url("1-0-0", "RoarTaskRunFacet")
 
 
 @attr.define
@@ -69,7 +65,7 @@ class RoarIORunFacet(RunFacet):
 
     @staticmethod
     def _get_schema() -> str:
-        return _schema_url("1-0-0", "RoarIORunFacet")
+        return schema_url("1-0-0", "RoarIORunFacet")
 
 
 @attr.define
@@ -101,7 +97,7 @@ class RoarSnakemakeRunFacet(RunFacet):
 
     @staticmethod
     def _get_schema() -> str:
-        return _schema_url("1-0-0", "RoarSnakemakeRunFacet")
+        return schema_url("1-0-0", "RoarSnakemakeRunFacet")
 
 
 # Run facets by the key they are stored under, for callers that pass plain fields

@@ -33,9 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
-from openlineage.client.serde import Serde
 
-from roar_core import delivery, tracer
+from roar_core import tracer
 from roar_core.emission import Event
 from roar_core.redact import redact_text
 from roar_core.spoolfiles import (
@@ -97,6 +96,8 @@ class Spool:
         except OSError as e:  # appends will fail (and say so); the caller's task must not
             log.warning("roar: cannot create the OpenLineage spool %s: %s", self.directory, e)
         if client is not None:
+            from roar_core import delivery
+
             delivery.limit_retries(client.transport)
         self._client = client
         self._client_given = client is not None
@@ -145,6 +146,8 @@ class Spool:
         else:
             # The client's `RunEvent`, or a mapping of unknown content: its own serializer,
             # so that what we spool is exactly what it would send.
+            from openlineage.client.serde import Serde
+
             data = Serde.to_json(
                 dict(event) if isinstance(event, Mapping) else event, separators=(",", ":")
             ).encode()
@@ -323,6 +326,8 @@ class Spool:
 
     def _deliver(self, client: OpenLineageClient, rec: Record) -> bool:
         """Send one record: True when done with it (delivered or set aside), False to retry."""
+        from roar_core import delivery  # the client's import (~0.2 s): only where we send
+
         try:
             data = orjson.loads(rec.body)
         except ValueError as e:
@@ -357,6 +362,8 @@ class Spool:
         log.warning("roar: %s; events kept in %s and retried: %s", what, self.directory, reason)
 
     def _get_client(self) -> OpenLineageClient | None:
+        from roar_core import delivery
+
         with self._client_lock:
             if self._client is None:
                 self._client = delivery.make_client()

@@ -375,3 +375,43 @@ def test_validator_rejects_unknown_and_invalid_facets() -> None:
     wrong_slot["inputs"][0]["inputFacets"] = {"outputStatistics": stats}
     with pytest.raises(ValidationError, match="unknown"):
         validate_event(wrong_slot)
+
+
+def test_written_out_schema_urls_and_values_are_the_clients() -> None:
+    """emission spells out what it once read from the client's classes (so that recording
+    never imports the client): each must still be what the installed client says."""
+    from openlineage.client.event_v2 import RunEvent, RunState
+    from openlineage.client.facet_v2 import (
+        dataset_version_dataset,
+        error_message_run,
+        job_type_job,
+        lifecycle_state_change_dataset,
+        output_statistics_output_dataset,
+        parent_run,
+        processing_engine_run,
+        source_code_job,
+        source_code_location_job,
+        symlinks_dataset,
+    )
+
+    assert em._EVENT_SCHEMA == RunEvent._get_schema()
+    pairs = {
+        em._VERSION_SCHEMA: dataset_version_dataset.DatasetVersionDatasetFacet,
+        em._LIFECYCLE_SCHEMA: lifecycle_state_change_dataset.LifecycleStateChangeDatasetFacet,
+        em._SYMLINKS_SCHEMA: symlinks_dataset.SymlinksDatasetFacet,
+        em._OUTPUT_STATISTICS_SCHEMA:
+            output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet,
+        em._PARENT_SCHEMA: parent_run.ParentRunFacet,
+        em._PROCESSING_ENGINE_SCHEMA: processing_engine_run.ProcessingEngineRunFacet,
+        em._ERROR_MESSAGE_SCHEMA: error_message_run.ErrorMessageRunFacet,
+        em._JOB_TYPE_SCHEMA: job_type_job.JobTypeJobFacet,
+        em._SOURCE_CODE_SCHEMA: source_code_job.SourceCodeJobFacet,
+        em._SOURCE_CODE_LOCATION_SCHEMA: source_code_location_job.SourceCodeLocationJobFacet,
+        em._CONTENT_HASH_SCHEMA: facets.ContentHashDatasetFacet,
+        em._ROAR_TASK_SCHEMA: facets.RoarTaskRunFacet,
+        em._ROAR_IO_SCHEMA: facets.RoarIORunFacet,
+    }
+    assert {url: cls._get_schema() for url, cls in pairs.items()} == {u: u for u in pairs}
+    assert em._LIFECYCLES == tuple(
+        s.value for s in lifecycle_state_change_dataset.LifecycleStateChange)
+    assert {em.START, em.COMPLETE, em.FAIL, em.ABORT} <= {s.value for s in RunState}

@@ -463,3 +463,82 @@ def test_usable_in_a_forked_child(tmp_path: Path, cache: StatCache) -> None:
     assert os.waitstatus_to_exitcode(status) == 0
     for path in late:  # what the child learnt is in the shared cache
         assert cache.get(FileState.of(os.stat(path))) is not None
+
+
+# --- the native batch hasher ------------------------------------------------------------------
+
+
+@pytest.fixture
+def native_batch():
+    from roar_core import nativehash
+
+    batch = nativehash.load()
+    if batch is None:
+        if os.environ.get("ROAR_TEST_REQUIRE_NATIVE"):
+            pytest.fail(f"{nativehash.library_path()} was not built (cargo missing?)")
+        pytest.skip("the native batch hasher was not built")
+    return batch
+
+
+def _python_calls(monkeypatch) -> list:
+    calls: list = []
+    real = Hasher._hash_uncached
+
+    def spy(self, path, known=None):
+        calls.append(path)
+        return real(self, path, known)
+
+    monkeypatch.setattr(Hasher, "_hash_uncached", spy)
+    return calls
+
+
+def test_native_batch_gives_the_python_results(tmp_path: Path, native_batch, monkeypatch) -> None:
+    sizes = [0, 1, 31, 1024, 4096, 4097, 65_535] * 5
+    files = [write(tmp_path / f"f{i}", os.urandom(s)) for i, s in enumerate(sizes)]
+    odd = os.fsencode(str(tmp_path)) + b"/caf\xe9"  # not UTF-8: bytes all the way
+    Path(os.fsdecode(odd)).write_bytes(b"latin-1 name")
+    os.symlink(files[3], tmp_path / "link")
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "dir").mkdir()
+    paths = [*files, odd, str(tmp_path / "link"), str(tmp_path / "fifo"), str(tmp_path / "dir"),
+             str(tmp_path / "missing")]
+    known = {p: hashing._regular_state(p) for p in paths if hashing._regular_state(p)}
+    calls = _python_calls(monkeypatch)
+    with Hasher(racy_window_ns=0) as h:
+        got = h.hash_files(paths, known=known)
+    assert calls == []  # every regular file went through the batch
+    with Hasher(racy_window_ns=0, native=False) as h:
+        want = h.hash_files(paths, known=known)
+    assert got == want
+    assert set(got) == {*files, odd, str(tmp_path / "link")}
+    assert got[odd].digest == b3(b"latin-1 name") and isinstance(got[odd].path, bytes)
+    assert all(got[p].digest == blake3_file(p) for p in files)
+
+
+def test_native_batch_redoes_a_file_changed_since_its_known_stat(
+    tmp_path: Path, native_batch, monkeypatch
+) -> None:
+    files = [write(tmp_path / f"f{i}", b"v1 %d" % i) for i in range(20)]
+    known = {p: hashing._regular_state(p) for p in files}
+    with open(files[4], "ab") as f:  # grew after classification's stat
+        f.write(b" and more")
+    os.replace(write(tmp_path / "new", b"replacement"), files[7])  # replaced since
+    calls = _python_calls(monkeypatch)
+    with Hasher(racy_window_ns=0) as h:
+        got = h.hash_files(files, known=known)
+    assert sorted(calls) == sorted([files[4], files[7]])  # only those two, again in Python
+    assert got[files[4]].digest == b3(b"v1 4 and more") and got[files[4]].stable
+    assert got[files[7]].digest == b3(b"replacement")
+    assert got[files[0]].digest == b3(b"v1 0")
+
+
+def test_native_batch_leaves_recent_files_out_of_the_cache(
+    tmp_path: Path, cache: StatCache, native_batch
+) -> None:
+    files = [write(tmp_path / f"f{i}", b"x%d" % i) for i in range(20)]
+    with Hasher(cache) as h:  # default window: files written just now are racy
+        h.hash_files(files)
+    assert all(d is None for d in cache.get_many([hashing._regular_state(p) for p in files]))
+    with Hasher(cache, racy_window_ns=0) as h:
+        h.hash_files(files)
+    assert all(d for d in cache.get_many([hashing._regular_state(p) for p in files]))
