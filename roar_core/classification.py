@@ -26,6 +26,9 @@ from roar_core.tracelog import OP, RF_EXISTED, RF_MODIFIED, RF_STAT, RF_UNTRACEA
 
 O_ACCMODE = os.O_RDONLY | os.O_WRONLY | os.O_RDWR
 O_TMPFILE = getattr(os, "O_TMPFILE", 0o20200000)
+# Plain module constants: the record loop below runs for every event of a task.
+O_RDONLY, O_RDWR, O_CREAT, O_TRUNC, O_DIRECTORY = (
+    os.O_RDONLY, os.O_RDWR, os.O_CREAT, os.O_TRUNC, os.O_DIRECTORY)
 OP_OPEN, OP_CLOSE, OP_RENAME, OP_LINK = OP["open"], OP["close"], OP["rename"], OP["link"]
 OP_UNLINK, OP_TRUNCATE, OP_MKDIR, OP_RMDIR = OP["unlink"], OP["truncate"], OP["mkdir"], OP["rmdir"]
 OP_START = OP["start"]
@@ -122,17 +125,18 @@ class TaskIO:
         return self.inputs + self.outputs + self.transient + self.deleted
 
 
-@dataclass
+@dataclass(slots=True)
 class _State:
+    # One per file a task touches: no per-instance containers until one is needed.
     read_first: bool = False
     existed: bool | None = None
     created: bool = False
     written: bool = False
     removed: bool = False
     directory: bool = False
-    baselines: list[tuple[int, int, int]] = field(default_factory=list)
+    baselines: list[tuple[int, int, int]] | None = None
     pre_state: FileState | None = None
-    via: set[bytes] = field(default_factory=set)
+    via: set[bytes] | None = None
     first_ns: int = 0
 
 
@@ -162,8 +166,8 @@ class _Resolver:
         head = head or b"/"
         real_head = self._dirs.get(head)
         if real_head is None:
-            real_head = self._dirs[head] = os.path.realpath(head)
-        full = os.path.join(real_head, tail)
+            real_head = self._dirs[head] = os.path.join(os.path.realpath(head), b"")
+        full = real_head + tail
         try:
             st = os.lstat(full)
         except OSError:
@@ -208,6 +212,8 @@ def classify(records: Iterable[Record], keep: PathFilter,
             if s is None:
                 s = states[real] = _State(first_ns=ns)
             if norm != real:
+                if s.via is None:
+                    s.via = set()
                 s.via.add(norm)
         by_raw[raw] = s
         return s
@@ -221,45 +227,54 @@ def classify(records: Iterable[Record], keep: PathFilter,
             if r.path and op != OP_START and r.rflags & RF_UNTRACEABLE:
                 io.untraceable.append(display_name(r.path))
             continue
-        if r.err or r.result < 0 or not r.path:
+        path = r.path
+        if r.err or r.result < 0 or not path:
             continue
         if op == OP_OPEN:
-            if r.flags & O_TMPFILE == O_TMPFILE:
+            flags = r.flags
+            if flags & O_TMPFILE == O_TMPFILE:
                 continue
-            s = state(r.path, r.mono_ns)
+            s = by_raw.get(path, _MISSING)  # state(), inlined for the common case
+            if s is _MISSING:
+                s = state(path, r.mono_ns)
             if s is None:
                 continue
-            if r.flags & os.O_DIRECTORY:
+            if flags & O_DIRECTORY:
                 s.directory = True
                 continue
-            acc = r.flags & O_ACCMODE
-            if acc == os.O_RDONLY:
+            acc = flags & O_ACCMODE
+            if acc == O_RDONLY:
                 if not (s.written or s.created):
                     s.read_first = True
                     if s.existed is None:
                         s.existed = True
                 continue
-            if r.has(RF_EXISTED):
+            existed = r.rflags & RF_EXISTED
+            if existed:
                 if s.existed is None:
                     s.existed = True
-                if acc == os.O_RDWR and not (r.flags & os.O_TRUNC) and not (
-                    s.written or s.created
-                ):
+                if acc == O_RDWR and not (flags & O_TRUNC) and not (s.written or s.created):
                     s.read_first = True
                 if s.pre_state is None and not (s.written or s.created):
                     s.pre_state = _stat_of(r)
-            elif r.flags & os.O_CREAT:
+            elif flags & O_CREAT:
                 if s.existed is None:
                     s.existed = False
                 s.created = True
             s.removed = False
-            if r.flags & os.O_TRUNC or not r.has(RF_EXISTED):
+            if flags & O_TRUNC or not existed:
                 s.written = True
-            elif r.has(RF_STAT):
+            elif r.rflags & RF_STAT:
+                if s.baselines is None:
+                    s.baselines = []
                 s.baselines.append((r.st_size, r.st_mtime_ns, r.st_ctime_ns))
         elif op == OP_CLOSE:
-            if r.rflags & RF_MODIFIED and (s := state(r.path, r.mono_ns)):
-                s.written = True
+            if r.rflags & RF_MODIFIED:
+                s = by_raw.get(path, _MISSING)
+                if s is _MISSING:
+                    s = state(path, r.mono_ns)
+                if s is not None:
+                    s.written = True
         elif op == OP_RENAME or op == OP_LINK:
             src, d = state(r.path, r.mono_ns), state(r.path2, r.mono_ns)
             if d:
