@@ -195,8 +195,8 @@ def test_doctor_and_module_entry_point(pipeline: Cli) -> None:
                           env=pipeline.env, capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
     status = {line.split()[0]: line.split()[1] for line in proc.stdout.decode().splitlines()}
-    assert status == {"tracer": "ok", "config": "ok", "store": "ok", "openlineage": "ok",
-                      "spool": "ok", "recorder": "ok"}
+    assert status == {"tracer": "ok", "config": "ok", "hashing": "ok", "store": "ok",
+                      "openlineage": "ok", "spool": "ok", "recorder": "ok"}
     # The file transport of the embedded defaults got START and COMPLETE of every run.
     events = Path(pipeline.env["ROAR_HOME"]) / "openlineage" / "events.jsonl"
     kinds = [json.loads(line)["eventType"] for line in events.read_text().splitlines()]
