@@ -20,7 +20,6 @@ import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from operator import itemgetter
 from pathlib import Path
 from typing import Any, Literal
 
@@ -597,62 +596,81 @@ class _Bulk:
 
     A task with thousands of files writes thousands of rows per statement; SQLAlchemy's
     executemany builds and type-converts every row's parameters in Python (measured: more
-    than the database's own insert).  Here the statement is compiled once per dialect, the
-    columns needing a bind processor are found once, and a value repeated across rows (a
-    batch's timestamp) is converted once.
+    than the database's own insert).  Here the statement is compiled once per dialect, and
+    rows come as tuples in `columns` order: no dict per row.  A column whose type converts
+    values in Python (UTC timestamps on SQLite) holds, in most batches, one value for every
+    row: the caller converts it once with `driver_value` and names it in `converted`;
+    values of other such columns are converted here, each distinct value once.
     """
 
-    def __init__(self, stmt: Any) -> None:
+    def __init__(self, stmt: Any, table: Table) -> None:
         self.stmt = stmt
-        self._plans: dict[str, tuple[str, list[str], list[tuple[int, Any]], bool]] = {}
+        self.columns = tuple(c.name for c in _written_columns(table))
+        self._plans: dict[str, tuple[str, bool, dict[str, Any]]] = {}
 
-    def _plan(self, conn: Connection) -> tuple[str, list[str], list[tuple[int, Any]], bool]:
+    def _plan(self, conn: Connection) -> tuple[str, bool, dict[str, Any]]:
         dialect = conn.dialect
         plan = self._plans.get(dialect.name)
         if plan is None:
             compiled = self.stmt.compile(dialect=dialect)
             names = list(compiled.positiontup) if compiled.positional else list(compiled.binds)
+            if sorted(names) != sorted(self.columns) or (
+                compiled.positional and tuple(names) != self.columns
+            ):
+                raise AssertionError(f"{self.stmt}: binds {names} are not {self.columns}")
             # dialect_impl: a TypeDecorator's own bind_processor skips its dialect's
             # conversion (SQLite's datetime -> text), which SQLAlchemy chains only there.
-            procs = [(i, proc) for i, n in enumerate(names)
+            procs = {n: proc for n in names
                      if (proc := compiled.binds[n].type.dialect_impl(dialect)
-                         .bind_processor(dialect)) is not None]
-            plan = self._plans[dialect.name] = (compiled.string, names, procs,
-                                                compiled.positional)
+                         .bind_processor(dialect)) is not None}
+            plan = self._plans[dialect.name] = (compiled.string, compiled.positional, procs)
         return plan
 
-    def run(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
+    def driver_value(self, conn: Connection, column: str, value: Any) -> Any:
+        proc = self._plan(conn)[2].get(column)
+        return value if proc is None or value is None else proc(value)
+
+    def run(self, conn: Connection, rows: Sequence[tuple[Any, ...]],
+            converted: Iterable[str] = ()) -> None:
         if not rows:
             return
-        sql, names, procs, positional = self._plan(conn)
-        get = itemgetter(*names)
-        params: list[Any] = [list(get(r)) if len(names) > 1 else [get(r)] for r in rows]
-        converted: dict[tuple[int, Any], Any] = {}
-        for i, proc in procs:
-            for p in params:
-                v = p[i]
-                if v is not None:
-                    key = (i, v)
-                    if key not in converted:
-                        converted[key] = proc(v)
-                    p[i] = converted[key]
-        if positional:
-            params = [tuple(p) for p in params]
-        else:
-            params = [dict(zip(names, p, strict=True)) for p in params]
+        sql, positional, procs = self._plan(conn)
+        todo = [(self.columns.index(n), proc) for n, proc in procs.items()
+                if n not in converted]
+        params: list[Any] = list(rows)
+        if todo:
+            memo: dict[tuple[int, Any], Any] = {}
+            params = [list(r) for r in params]
+            for i, proc in todo:
+                for p in params:
+                    if (v := p[i]) is not None:
+                        key = (i, v)
+                        if key not in memo:
+                            memo[key] = proc(v)
+                        p[i] = memo[key]
+            if positional:
+                params = [tuple(p) for p in params]
+        if not positional:
+            params = [dict(zip(self.columns, p, strict=True)) for p in params]
         conn.exec_driver_sql(sql, params)
 
 
 # Reads of a path keep one row per content there (producer NULL), moved forward on every
 # read; the partial unique index makes concurrent first reads collapse too.
-_NEW_ARTIFACT = _Bulk(_upsert(ArtifactRow.__table__, "DO NOTHING"))
+_NEW_ARTIFACT = _Bulk(_upsert(ArtifactRow.__table__, "DO NOTHING"), ArtifactRow.__table__)
 _SEEN_VERSION = _Bulk(_upsert(
     _VERSIONS,
     "(uri, digest) WHERE producer_run_id IS NULL"
     " DO UPDATE SET last_seen_at = excluded.last_seen_at",
-))
-_PRODUCED_VERSION = _Bulk(_upsert(_VERSIONS, "DO NOTHING"))
-_ACCESS = _Bulk(_insert(AccessRow.__table__))
+), _VERSIONS)
+_PRODUCED_VERSION = _Bulk(_upsert(_VERSIONS, "DO NOTHING"), _VERSIONS)
+_ACCESS = _Bulk(_insert(AccessRow.__table__), AccessRow.__table__)
+# The tuples below are built in these orders (a change of either table fails here, at import).
+assert _NEW_ARTIFACT.columns == ("digest", "size", "first_seen")
+assert _PRODUCED_VERSION.columns == (
+    "uri", "digest", "size", "mtime_ns", "producer_run_id", "recorded_at", "last_seen_at")
+assert _ACCESS.columns == ("task_run_id", "uri", "digest", "role", "size", "mtime_ns",
+                           "path_read", "dataset_namespace", "dataset_name")
 _STARTED_AT = select(_TASK_RUNS.c.started_at).where(_TASK_RUNS.c.run_id == bindparam("run_id"))
 
 
@@ -664,6 +682,9 @@ def _finish_task(columns: tuple[str, ...]) -> Update:
         .where(_TASK_RUNS.c.run_id == bindparam("finished_run_id"))
         .values({c: bindparam(c) for c in columns})
     )
+
+
+_TIMES = ("recorded_at", "last_seen_at")
 
 
 def _record_accesses(
@@ -681,13 +702,18 @@ def _record_accesses(
     for a in checked:
         if a.digest:
             sizes[a.digest] = sizes.get(a.digest) or a.size
+    t = _PRODUCED_VERSION.driver_value(conn, "recorded_at", now)  # one conversion per batch
     _NEW_ARTIFACT.run(
-        conn, [{"digest": d, "size": n, "first_seen": now} for d, n in sorted(sizes.items())]
+        conn, [(d, n, _NEW_ARTIFACT.driver_value(conn, "first_seen", now))
+               for d, n in sorted(sizes.items())], converted=("first_seen",)
     )
     # Inputs before outputs: on a timestamp tie, the version written by this run (a later
     # id) is the latest one of a file it also read.
-    _SEEN_VERSION.run(conn, [_version_params(a, None, now) for a in inputs])
-    _PRODUCED_VERSION.run(conn, [_version_params(a, task_run_id, now) for a in outputs])
+    _SEEN_VERSION.run(conn, [(a.uri, a.digest, a.size, a.mtime_ns, None, t, t) for a in inputs],
+                      converted=_TIMES)
+    _PRODUCED_VERSION.run(
+        conn, [(a.uri, a.digest, a.size, a.mtime_ns, task_run_id, t, t) for a in outputs],
+        converted=_TIMES)
     candidates = (
         _lineage.producer_candidates(conn, {a.digest for a in inputs}) if inputs else {}
     )
@@ -707,41 +733,14 @@ def _record_accesses(
         records.append(
             AccessRecord(a.uri, a.role, a.digest, a.size, a.mtime_ns, path_read, ns, name)
         )
-    _ACCESS.run(
-        conn,
-        [
-            {
-                "task_run_id": task_run_id,
-                "uri": r.uri,
-                "digest": r.digest,
-                "role": r.role,
-                "size": r.size,
-                "mtime_ns": r.mtime_ns,
-                "path_read": r.path_read,
-                "dataset_namespace": r.dataset_namespace,
-                "dataset_name": r.dataset_name,
-            }
-            for r in records
-        ],
-    )
+    _ACCESS.run(conn, [(task_run_id, r.uri, r.digest, r.role, r.size, r.mtime_ns, r.path_read,
+                         r.dataset_namespace, r.dataset_name) for r in records])
     return records
 
 
 def _unique_sorted(accesses: Iterable[Access]) -> list[Access]:
     by_key = {(a.uri, a.digest or ""): a for a in accesses}
     return [by_key[k] for k in sorted(by_key)]
-
-
-def _version_params(a: Access, producer: str | None, now: datetime) -> dict[str, Any]:
-    return {
-        "uri": a.uri,
-        "digest": a.digest,
-        "size": a.size,
-        "mtime_ns": a.mtime_ns,
-        "producer_run_id": producer,
-        "recorded_at": now,
-        "last_seen_at": now,
-    }
 
 
 def _access_record(r: Row[Any]) -> AccessRecord:
