@@ -128,6 +128,11 @@ def lineage_of(meta: TaskMeta, outcome: TaskOutcome | None = None,
     )
 
 
+def _stored(digest: str | None) -> str | None:
+    # The store's canonical form, so that it takes each Access as it is (no copy per file).
+    return None if digest is None else "blake3:" + digest
+
+
 class Recorder:
     """Turns finished tasks into stored lineage and spooled events (thread-safe)."""
 
@@ -235,14 +240,15 @@ class Recorder:
             if a.pre_state is not None and h is not None and h.state != a.pre_state:
                 # Read-modify-write: the version read is the one before the task wrote it.
                 digest, size = self._previous_digest(a), a.pre_state.size
-            accesses.append(Access(uri=a.name, role="input", digest=digest, size=size,
+            accesses.append(Access(uri=a.name, role="input", digest=_stored(digest), size=size,
                                    path_read=a.read_via[0] if a.read_via else None))
         for a in io.outputs:
             h = hashes.get(a.path)
             lifecycle = "OVERWRITE" if a.existed else "CREATE"
             outputs.append(self._dataset(a.name, h.digest if h else None,
                                          h.size if h else None, lifecycle))
-            accesses.append(Access(uri=a.name, role="output", digest=h.digest if h else None,
+            accesses.append(Access(uri=a.name, role="output",
+                                   digest=_stored(h.digest) if h else None,
                                    size=h.size if h else None,
                                    mtime_ns=h.state.mtime_ns if h else None))
         for a in io.deleted:
