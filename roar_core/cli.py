@@ -101,7 +101,8 @@ def run(job_name: str | None, wait: bool, command: tuple[str, ...]) -> None:
             raise CliError(str(e), EXIT_USAGE) from e
     sys.stdout.flush()
     sys.stderr.flush()
-    runner.exit_like(rc)
+    # After --wait the recorder is closed: its store, stat cache and spool are on disk.
+    runner.exit_like(rc, finalize=not wait)
 
 
 # ---- show, lineage, graph ---------------------------------------------------------------------
