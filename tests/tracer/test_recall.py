@@ -628,8 +628,9 @@ def test_recall_mkstemp_created_files(tmp_path, session_dir, plain_env):
 def test_vfork_child_fd_ops_not_recorded_as_parent(tmp_path, traced_run, plain_env):
     work = tmp_path / "work"
     work.mkdir()
+    (work / "out.txt").write_text("")  # updated in place ('r+'): the fd is tracked to its close
     script = ("import subprocess\n"
-              "with open('out.txt', 'w') as f:\n"
+              "with open('out.txt', 'r+') as f:\n"
               "    subprocess.run(['echo', 'hello'], stdout=f, check=True)\n")
     stdout = tmp_path / "stdout.txt"
     with open(stdout, "wb") as out:

@@ -654,7 +654,9 @@ static void open_after(int dirfd, const char *path, int flags, mode_t mode, int 
         if (existed) rflags |= ROAR_RF_EXISTED;
         if (pre->have_st) e.st = &pre->st;
         if (!existed || (flags & O_TRUNC)) {
-            track = TRACK_MODIFIED; /* created or truncated: an output, nothing to compare */
+            /* Created or truncated: this open record already says "written", so its close
+             * would add nothing (a third of the records of a task that writes files). */
+            track = TRACK_NONE;
         } else if (fstat(fd, &st) == 0) {
             /* Opened for update: the state now is the version before any write, the
              * baseline that close compares with. */
