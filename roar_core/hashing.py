@@ -292,13 +292,13 @@ class Hasher:
                                [before[p].size for p, k in zip(paths, ok, strict=True) if k]))
         window = self.racy_window_ns
         for path, k in zip(paths, ok, strict=True):
-            r = next(rows) if k else None
-            if r is not None and r[0] == 0:
+            if k:  # fields of nativehash's HashOut, in order
+                status, _, nbytes, read_at_ns, dev, ino, size, mtime_ns, ctime_ns, hexd = next(rows)
                 b = before[path]
-                after = FileState(r[4], r[5], r[6], r[7], r[8])
-                if after == b:
-                    out.append((path, HashResult(path, r[9].decode(), r[2], after, True, False),
-                                r[3] - b.ctime_ns >= window))
+                after = FileState(dev, ino, size, mtime_ns, ctime_ns)
+                if status == 0 and after == b:
+                    result = HashResult(path, hexd.decode(), nbytes, after, True, False)
+                    out.append((path, result, read_at_ns - b.ctime_ns >= window))
                     continue
             # Failed, or changed since `before`: the Python path retries and reports.
             out.append((path, *self._hash_uncached(path, before[path])))

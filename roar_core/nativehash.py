@@ -17,10 +17,9 @@ from typing import Any
 
 LIB_NAME = "libroar_hashbatch.so"
 ABI = 1
-# struct HashOut in tracer-bins/hashbatch/src/lib.rs.
+# struct HashOut in tracer-bins/hashbatch/src/lib.rs, unpacked as (status, errno, nbytes,
+# read_at_ns, dev, ino, size, mtime_ns, ctime_ns, hex digest).
 _OUT = struct.Struct("<iiQqQQqqq64s")
-# Field positions in one unpacked HashOut.
-STATUS, ERRNO, NBYTES, READ_AT_NS, DEV, INO, SIZE, MTIME_NS, CTIME_NS, HEX = range(10)
 
 
 def library_path() -> Path:
@@ -38,7 +37,7 @@ class BatchHasher:
         self._fn.restype = None
 
     def hash(self, paths: Sequence[bytes], sizes: Sequence[int]) -> list[tuple[Any, ...]]:
-        """One HashOut tuple per path (fields: the constants above).  Paths are bytes
+        """One HashOut tuple per path (fields: see _OUT above).  Paths are bytes
         without NUL; `sizes` are their sizes as last stat'ed (one read then suffices)."""
         n = len(paths)
         if not n:

@@ -702,11 +702,11 @@ def _record_accesses(
     for a in checked:
         if a.digest:
             sizes[a.digest] = sizes.get(a.digest) or a.size
-    t = _PRODUCED_VERSION.driver_value(conn, "recorded_at", now)  # one conversion per batch
-    _NEW_ARTIFACT.run(
-        conn, [(d, n, _NEW_ARTIFACT.driver_value(conn, "first_seen", now))
-               for d, n in sorted(sizes.items())], converted=("first_seen",)
-    )
+    # The batch's timestamp, converted once for all its rows.
+    t = _PRODUCED_VERSION.driver_value(conn, "recorded_at", now)
+    first = _NEW_ARTIFACT.driver_value(conn, "first_seen", now)
+    _NEW_ARTIFACT.run(conn, [(d, n, first) for d, n in sorted(sizes.items())],
+                      converted=("first_seen",))
     # Inputs before outputs: on a timestamp tie, the version written by this run (a later
     # id) is the latest one of a file it also read.
     _SEEN_VERSION.run(conn, [(a.uri, a.digest, a.size, a.mtime_ns, None, t, t) for a in inputs],
