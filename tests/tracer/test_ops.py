@@ -616,6 +616,69 @@ def test_a_full_tmpfs_drops_events_instead_of_killing_the_program(ops, work, tmp
     assert p.stdout == ""  # the open itself worked (the helper prints only failures)
 
 
+_FILL_AND_READ = textwrap.dedent("""
+    import json, os, subprocess, sys
+    from roar_core import tracelog
+    mnt, work, env = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    # Thousands of records: far more than the room left on the tmpfs after the log's start.
+    child = "for i in range(3000): open('f%d' % i, 'w').close()"
+    rc = subprocess.run([sys.executable, "-c", child], cwd=work, env=env).returncode
+    trace = tracelog.read_session(mnt)
+    opened = [r.path for log in trace.logs for r in log.records if r.op_name == "open"
+              and r.path.startswith(os.fsencode(work))]
+    print(json.dumps({"rc": rc, "errors": trace.errors, "logs": len(trace.logs),
+                      "opened": len(opened), "dropped": trace.dropped,
+                      "first": os.fsdecode(opened[0]) if opened else None}))
+""")
+
+
+def test_a_log_that_fills_its_tmpfs_keeps_what_it_holds(work, tmp_path):
+    # The log's pages are allocated an extent at a time, ahead of its records: when tmpfs
+    # cannot give the next one, later events are dropped (counted), the program runs on, and
+    # the log stays readable to its end (a reader touching an unbacked page would SIGBUS too).
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ROAR_TASK_TAG")}
+    traced = {**env, **tracer.preload_env(mnt, base={})}
+    import json
+
+    cmd = _in_private_tmpfs("48k", mnt, [sys.executable, "-c", _FILL_AND_READ, str(mnt),
+                                         str(work), json.dumps(traced)])
+    if cmd is None:
+        pytest.skip("no mount namespace here (unshare -m / -r -m refused)")
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got["rc"] == 0 and len(list(work.iterdir())) == 3000  # the program ran on
+    assert got["errors"] == [] and got["logs"] >= 1
+    # What fitted was kept, from the start; the rest is counted as lost, not silently gone.
+    assert 0 < got["opened"] < 3000 and got["first"] == str(work / "f0")
+    assert got["dropped"] >= 3000 - got["opened"]
+
+
+def test_a_short_process_log_allocates_an_extent_not_a_chunk(work):
+    # Most traced processes write a few records; allocating (then zeroing and freeing) a
+    # whole chunk of tmpfs pages for each was a third of their tracing cost.
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.statvfs(shm).f_bsize == 0:
+        pytest.skip("no /dev/shm")
+    probe = subprocess.run(["stat", "-f", "-c", "%T", str(shm)], capture_output=True, text=True)
+    if probe.stdout.strip() != "tmpfs":
+        pytest.skip("/dev/shm is not tmpfs here")
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir=shm) as d:
+        p = subprocess.run(["/bin/true"], cwd=work, env=tracer.preload_env(Path(d)))
+        assert p.returncode == 0
+        logs = tracelog.log_files(d)
+        assert len(logs) == 1
+        log = tracelog.read_log(logs[0])
+        assert [r.op_name for r in log.records][:1] == ["start"] and log.dropped == 0
+        allocated = os.stat(logs[0]).st_blocks * 512
+        assert allocated <= tracelog.HEADER_SIZE + 16 * 1024, allocated
+        assert os.path.getsize(logs[0]) == tracelog.HEADER_SIZE + tracelog.CHUNK
+
+
 def test_incremental_read_of_a_live_log(work, session):
     code = textwrap.dedent("""
         import sys

@@ -11,7 +11,8 @@
  *
  * Hot-path rules: no malloc, no lock shared between threads (space is reserved with a
  * CAS on the mapped header), async-signal-safe calls only, errno preserved.  Growing
- * the log (once per 256 KiB) takes a spin lock that no signal handler can wait on
+ * the log (a new 256 KiB chunk; on tmpfs also a 16 or 64 KiB extent of allocated pages)
+ * takes a spin lock that no signal handler can wait on
  * (a re-entrancy flag makes a nested hook pass through and count a drop).
  */
 #define _GNU_SOURCE
@@ -155,7 +156,7 @@ static struct {
     char *chunks[ROAR_MAX_CHUNKS];
     uint32_t nchunks; /* highest chunk index mapped + 1 */
     uint64_t file_size;
-    int log_on_tmpfs; /* see log_reserve */
+    uint64_t backed; /* data bytes whose pages are allocated (see back_to) */
     uint64_t start_mono, start_wall;
     int grow_lock;
     uint64_t dropped_nolog;
@@ -256,18 +257,44 @@ static void spin_lock(int *l) {
 static void spin_unlock(int *l) { __atomic_store_n(l, 0, __ATOMIC_RELEASE); }
 
 #define ROAR_TMPFS_MAGIC 0x01021994 /* linux/magic.h */
+/* Both divide ROAR_CHUNK: an extent never reaches past the chunk its record is in. */
+#define ROAR_EXTENT_FIRST (16u * 1024u)
+#define ROAR_EXTENT (64u * 1024u)
 
-/* Give the log file [off, off + len).  On tmpfs the pages are allocated, not only sized with
- * ftruncate: a page of a MAP_SHARED mapping that a full tmpfs cannot back raises SIGBUS in
- * the traced program when first touched; reserved here, a full tmpfs fails the grow instead
- * and the events are counted as dropped.  On disk file systems allocating costs more than
- * the whole rest of a process's tracing (ext4: ~1 ms a log), and they rarely fill up. */
-static int log_reserve(int fd, uint64_t off, uint64_t len) {
-    if (g.log_on_tmpfs) {
-        if (syscall(SYS_fallocate, fd, 0, (off_t)off, (off_t)len) == 0) return 0;
-        if (errno != EOPNOTSUPP) return -1;
+/* On tmpfs a log's pages are allocated ahead of the reservations, an extent at a time, and
+ * hdr.reserved never passes g.backed: a page of a MAP_SHARED mapping that a full tmpfs cannot
+ * back raises SIGBUS when first touched (in the traced program, or in the reader), so a full
+ * tmpfs must fail here, where the event is dropped instead.  Extents, not whole chunks: most
+ * processes write a few records, and allocating (zeroing, then freeing) a chunk's 64 pages
+ * for each was a third of a short process's tracing cost.  On disk file systems nothing is
+ * allocated ahead (g.backed is unbounded): fallocate there costs more than the whole rest of
+ * a process's tracing (ext4: ~1 ms a log), and disks rarely fill up. */
+static int back_to(uint64_t end) {
+    int ok = -1;
+    if (t_busy > 1) return -1; /* a signal handler interrupted a grow on this thread */
+    t_busy++;
+    spin_lock(&g.grow_lock);
+    uint64_t b = g.backed;
+    if (end <= b) {
+        ok = 0;
+    } else {
+        uint64_t step = b < ROAR_EXTENT ? ROAR_EXTENT_FIRST : ROAR_EXTENT;
+        uint64_t to = (end + step - 1) / step * step;
+        int fd = sys_open(g.log_path, O_RDWR | O_CLOEXEC, 0);
+        if (fd >= 0) {
+            if (syscall(SYS_fallocate, fd, 0, (off_t)(ROAR_HEADER_SIZE + b), (off_t)(to - b)) ==
+                0) {
+                /* fallocate may have grown the file: chunk_get must never shrink it. */
+                if (g.file_size < ROAR_HEADER_SIZE + to) g.file_size = ROAR_HEADER_SIZE + to;
+                __atomic_store_n(&g.backed, to, __ATOMIC_RELEASE);
+                ok = 0;
+            }
+            sys_close(fd);
+        }
     }
-    return (int)syscall(SYS_ftruncate, fd, (off_t)(off + len));
+    spin_unlock(&g.grow_lock);
+    t_busy--;
+    return ok;
 }
 
 static char *chunk_get(uint64_t k) {
@@ -285,8 +312,7 @@ static char *chunk_get(uint64_t k) {
          * close_range before exec) cannot break the log. */
         int fd = sys_open(g.log_path, O_RDWR | O_CLOEXEC, 0);
         if (fd >= 0) {
-            if (g.file_size >= need ||
-                log_reserve(fd, need - ROAR_CHUNK, ROAR_CHUNK) == 0) {
+            if (g.file_size >= need || syscall(SYS_ftruncate, fd, (off_t)need) == 0) {
                 if (g.file_size < need) g.file_size = need;
                 void *m = mmap(NULL, ROAR_CHUNK, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
                                (off_t)(ROAR_HEADER_SIZE + k * (uint64_t)ROAR_CHUNK));
@@ -318,6 +344,9 @@ static struct roar_record *reserve(uint32_t size) {
     for (;;) {
         end_of_chunk = (cur / ROAR_CHUNK + 1) * (uint64_t)ROAR_CHUNK;
         start = cur + size > end_of_chunk ? end_of_chunk : cur;
+        if (UNLIKELY(start + size > __atomic_load_n(&g.backed, __ATOMIC_ACQUIRE)) &&
+            back_to(start + size) != 0)
+            return NULL; /* nothing reserved: the log stays readable to its end */
         if (__atomic_compare_exchange_n(&h->reserved, &cur, start + size, 1, __ATOMIC_ACQ_REL,
                                         __ATOMIC_RELAXED))
             break;
@@ -1525,8 +1554,11 @@ static int log_open_raw(uint32_t origin) {
     uint64_t size = ROAR_HEADER_SIZE + (uint64_t)ROAR_CHUNK;
     void *h = MAP_FAILED, *c = MAP_FAILED;
     struct statfs fs;
-    g.log_on_tmpfs = syscall(SYS_fstatfs, fd, &fs) == 0 && fs.f_type == ROAR_TMPFS_MAGIC;
-    if (log_reserve(fd, 0, size) == 0) {
+    int on_tmpfs = syscall(SYS_fstatfs, fd, &fs) == 0 && fs.f_type == ROAR_TMPFS_MAGIC;
+    /* The header and a first extent allocated (see back_to), the chunk only sized. */
+    if ((!on_tmpfs || syscall(SYS_fallocate, fd, 0, (off_t)0,
+                              (off_t)(ROAR_HEADER_SIZE + ROAR_EXTENT_FIRST)) == 0) &&
+        syscall(SYS_ftruncate, fd, (off_t)size) == 0) {
         h = mmap(NULL, ROAR_HEADER_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         c = mmap(NULL, ROAR_CHUNK, PROT_READ | PROT_WRITE, MAP_SHARED, fd, ROAR_HEADER_SIZE);
     }
@@ -1550,6 +1582,7 @@ static int log_open_raw(uint32_t origin) {
     hdr->start_wall_ns = wall;
     hdr->dropped = __atomic_exchange_n(&g.dropped_nolog, 0, __ATOMIC_RELAXED);
     g.file_size = size;
+    __atomic_store_n(&g.backed, on_tmpfs ? ROAR_EXTENT_FIRST : UINT64_MAX, __ATOMIC_RELEASE);
     g.start_mono = mono;
     g.start_wall = wall;
     g.chunks[0] = c;
