@@ -260,6 +260,8 @@ static void spin_unlock(int *l) { __atomic_store_n(l, 0, __ATOMIC_RELEASE); }
 /* Both divide ROAR_CHUNK: an extent never reaches past the chunk its record is in. */
 #define ROAR_EXTENT_FIRST (16u * 1024u)
 #define ROAR_EXTENT (64u * 1024u)
+_Static_assert(ROAR_CHUNK % ROAR_EXTENT == 0 && ROAR_CHUNK % ROAR_EXTENT_FIRST == 0,
+               "an extent must not reach past its record's chunk");
 
 /* On tmpfs a log's pages are allocated ahead of the reservations, an extent at a time, and
  * hdr.reserved never passes g.backed: a page of a MAP_SHARED mapping that a full tmpfs cannot
