@@ -15,7 +15,7 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import NamedTuple
 
@@ -188,6 +188,7 @@ class Hasher:
         paths: Iterable[Path],
         progress: Callable[[int, int], None] | None = None,
         known: Mapping[Path, FileState] | None = None,
+        written: Collection[Path] = (),
     ) -> dict[Path, HashResult]:
         """Digests keyed by the paths as given; paths ``hash_file`` would answer None are left out.
 
@@ -195,13 +196,18 @@ class Hasher:
         ``known``: a stat of regular files taken just before (classification's, once the task
         has ended), used as the "before" stat instead of taking another: the stat after the
         read still has to agree with it, so a change in between is caught as any other.
+        ``written``: paths the task that just ended wrote.  The cache cannot hold their new
+        state yet (only a hash taken since could have put it there), so they are not looked
+        up: for a task's thousands of outputs, thousands of certain misses.
         """
         unique = list(dict.fromkeys(paths))
         total = len(unique)
         results: dict[Path, HashResult] = {}
         known = known or {}
         states = [known.get(p) or _regular_state(p) for p in unique]
-        hits = self._lookup(states)
+        hits = self._lookup(
+            [None if p in written else s for p, s in zip(unique, states, strict=True)]
+            if written else states)
         small: list[Path] = []
         large: list[Path] = []
         before: dict[Path, FileState] = {}

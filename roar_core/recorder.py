@@ -230,7 +230,8 @@ class Recorder:
         hashed = io.inputs + io.outputs + io.code
         known = {a.path: a.state for a in hashed if a.state is not None}
         hashes = self.hasher.hash_files([a.path for a in hashed], progress=self.progress,
-                                        known=known) if hashed else {}
+                                        known=known, written={a.path for a in io.outputs},
+                                        ) if hashed else {}
 
         accesses: list[Access] = []
         outputs: list[emission.Dataset] = []

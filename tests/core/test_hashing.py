@@ -249,6 +249,32 @@ def test_hash_files_uses_and_fills_the_cache(tmp_path: Path, cache: StatCache) -
     assert first == sorted(first) and seen[-1] == (len(files), len(files))
 
 
+class CountingCache(StatCache):
+    """A real cache that remembers which states were looked up."""
+
+    def __init__(self, path) -> None:
+        super().__init__(path)
+        self.looked_up: list[FileState] = []
+
+    def get_many(self, states):
+        self.looked_up.extend(states)
+        return super().get_many(states)
+
+
+def test_files_the_task_wrote_are_not_looked_up(tmp_path: Path) -> None:
+    read = [write(tmp_path / f"in{i}", b"input %d" % i) for i in range(3)]
+    wrote = [write(tmp_path / f"out{i}", b"output %d" % i) for i in range(40)]
+    with CountingCache(tmp_path / "c.db") as cache, Hasher(cache, racy_window_ns=0) as hasher:
+        hasher.hash_files(read)  # cached now
+        cache.looked_up.clear()
+        got = hasher.hash_files(read + wrote, written=wrote)
+        # Only the inputs were looked up (and found); the outputs were hashed, and cached.
+        assert sorted(s.ino for s in cache.looked_up) == sorted(os.stat(p).st_ino for p in read)
+        assert all(got[p].cached for p in read) and not any(got[p].cached for p in wrote)
+        assert {p: got[p].digest for p in wrote} == {p: blake3_file(p) for p in wrote}
+        assert all(hasher.hash_file(p).cached for p in wrote)
+
+
 def test_in_memory_cache(tmp_path: Path) -> None:
     path = write(tmp_path / "f", b"abc")
     with Hasher(StatCache(None), racy_window_ns=0) as hasher:
