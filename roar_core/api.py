@@ -21,6 +21,7 @@ import os
 import queue
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -39,6 +40,7 @@ from roar_core.tracelog import Record
 log = logging.getLogger("roar")
 
 RecordsSource = Callable[[str], tuple[list[Record], int]]  # tag -> (records, dropped)
+_RELEASE_HELD = object()  # a queue item: record every held start now (finalize)
 
 
 @dataclass
@@ -73,7 +75,12 @@ class Roar:
     def __init__(self, cfg: config_mod.Config | None = None, *,
                  internal: Iterable[str | os.PathLike] = (), client=None,
                  progress: Callable[[int, int], None] | None = None,
-                 max_pending: int = 256, use_mmap: bool = True, send: bool = True):
+                 max_pending: int = 256, use_mmap: bool = True, send: bool = True,
+                 hold_start_s: float = 0.0):
+        """`hold_start_s`: how long a begun task's start may wait to be recorded.  Ended
+        within it, a task's start and end are recorded together (one commit, one spool
+        sync): for engines of many short tasks, half the recording work.  Its START event is
+        that much later for a long task."""
         self.config = cfg or config_mod.load()
         c = self.config
         try:
@@ -91,9 +98,13 @@ class Roar:
         keep = PathFilter.build([c.home, *internal], c.include, c.exclude)
         self.recorder = Recorder(self.store, self.spool, self.hasher, keep, c.file_host, progress)
         self.host = socket.gethostname()
-        self._queue: queue.Queue[_Job | None] = queue.Queue(maxsize=max_pending)
+        self._queue: queue.Queue[_Job | object | None] = queue.Queue(maxsize=max_pending)
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self.hold_start_s = hold_start_s
+        # Begun tasks whose start is not recorded yet -> when it must be.  Only the recorder
+        # thread records them, so a task's START always precedes its end.
+        self._held: dict[str, tuple[TaskMeta, float]] = {}
 
     # ---- workflow runs ---------------------------------------------------------------
 
@@ -142,7 +153,12 @@ class Roar:
         )
         if not traced:
             log.warning("roar: task %s runs UNTRACED: %s", job_name, untraced_reason)
-        self.recorder.started(meta)
+        if self.hold_start_s > 0:
+            with self._lock:
+                self._held[meta.run_id] = (meta, time.monotonic() + self.hold_start_s)
+            self._ensure_thread()  # its wait ends when the start is due
+        else:
+            self.recorder.started(meta)
         return meta
 
     def end_task(self, meta: TaskMeta, status: str = "COMPLETE", *, exit_code: int | None = None,
@@ -175,28 +191,62 @@ class Roar:
     def _work(self) -> None:
         tracer.ignore_this_thread()  # recording is not the I/O of a task running meanwhile
         while True:
-            job = self._queue.get()
+            # A start held after this wait began is due within two holds at most.
+            due = self._release_held()
+            try:
+                job = self._queue.get(timeout=(self.hold_start_s or None) if due is None else due)
+            except queue.Empty:
+                continue
             try:
                 if job is None:
                     return
+                if job is _RELEASE_HELD:
+                    self._release_held(everything=True)
+                    continue
+                with self._lock:
+                    held = self._held.pop(job.meta.run_id, None) is not None
                 with gc_paused():
                     records, dropped = job.source(job.meta.run_id) if job.source else ([], 0)
                     job.outcome.dropped += dropped
-                    job.result = self.recorder.record(job.meta, job.outcome, records)
+                    job.result = self.recorder.record(job.meta, job.outcome, records,
+                                                      start=held)
             except Exception as e:  # lineage must never take the worker down
                 job.error = f"{type(e).__name__}: {e}"
                 log.error("roar: lineage of task %s lost: %s", job.meta.job_name, job.error,
                           exc_info=log.isEnabledFor(logging.DEBUG))
             finally:
-                if job is not None:
+                if isinstance(job, _Job):
                     job.done.set()
                 self._queue.task_done()
+
+    def _release_held(self, everything: bool = False) -> float | None:
+        """Record the held starts that are due (all of them: `everything`); the seconds
+        until the next one is, or None when none is held."""
+        now_s = time.monotonic()
+        with self._lock:
+            due = [m for m, at in self._held.values() if everything or at <= now_s]
+            for meta in due:
+                del self._held[meta.run_id]
+            nxt = min((at for _, at in self._held.values()), default=None)
+        for meta in due:
+            try:
+                self.recorder.started(meta)
+            except Exception as e:  # its end still records the task (without a start row)
+                log.error("roar: start of task %s not recorded: %s: %s", meta.job_name,
+                          type(e).__name__, e)
+        return None if nxt is None else max(0.0, nxt - time.monotonic())
 
     def pending(self) -> int:
         return self._queue.unfinished_tasks
 
     def finalize(self, timeout: float | None = 60.0) -> bool:
-        """Wait until every handed-off task is recorded; True if all were in time."""
+        """Wait until every handed-off task is recorded, and the held starts of tasks
+        still running; True if all were in time."""
+        with self._lock:
+            held = bool(self._held)
+        if held:
+            self._ensure_thread()
+            self._queue.put(_RELEASE_HELD)
         deadline = None if timeout is None else datetime.now(timezone.utc).timestamp() + timeout
         with self._queue.all_tasks_done:
             while self._queue.unfinished_tasks:

@@ -128,6 +128,20 @@ def lineage_of(meta: TaskMeta, outcome: TaskOutcome | None = None,
     )
 
 
+def _task_run(meta: TaskMeta):
+    from roar_core.store import TaskRun
+
+    return TaskRun(
+        run_id=meta.run_id, engine=meta.engine, namespace=meta.namespace,
+        job_name=meta.job_name, started_at=meta.started_at,
+        workflow_run_id=meta.workflow.run_id if meta.workflow else None,
+        parent_run_id=meta.parent_run_id, engine_task_id=meta.engine_task_id,
+        attempt=meta.attempt, host=meta.host or "", pid=meta.pid or 0,
+        command=redact_argv(meta.command or []), traced=meta.traced,
+        untraced_reason=meta.untraced_reason,
+    )
+
+
 def _stored(digest: str | None) -> str | None:
     # The store's canonical form, so that it takes each Access as it is (no copy per file).
     return None if digest is None else "blake3:" + digest
@@ -148,17 +162,7 @@ class Recorder:
             self.spool.append(event)
 
     def started(self, meta: TaskMeta) -> None:
-        from roar_core.store import TaskRun
-
-        self.store.start_task_run(TaskRun(
-            run_id=meta.run_id, engine=meta.engine, namespace=meta.namespace,
-            job_name=meta.job_name, started_at=meta.started_at,
-            workflow_run_id=meta.workflow.run_id if meta.workflow else None,
-            parent_run_id=meta.parent_run_id, engine_task_id=meta.engine_task_id,
-            attempt=meta.attempt, host=meta.host or "", pid=meta.pid or 0,
-            command=redact_argv(meta.command or []), traced=meta.traced,
-            untraced_reason=meta.untraced_reason,
-        ))
+        self.store.start_task_run(_task_run(meta))
         if self.spool is not None:  # else the engine's own integration sends the events
             self.emit(emission.start_event(lineage_of(meta)))
 
@@ -205,12 +209,20 @@ class Recorder:
         return None
 
     def record(self, meta: TaskMeta, outcome: TaskOutcome, records: list[Record],
-               untraceable: list[str] | None = None) -> RecordedTask:
+               untraceable: list[str] | None = None, *, start: bool = False) -> RecordedTask:
+        """`start`: the task's start was not recorded (`started`) yet: its row goes in with
+        its end, one commit, and its START event right before its end's, one spool sync."""
         with gc_paused():
-            return self._record(meta, outcome, records, untraceable)
+            if start and self.spool is not None:
+                with self.spool.batch():
+                    return self._record(meta, outcome, records, untraceable, start)
+            return self._record(meta, outcome, records, untraceable, start)
 
     def _record(self, meta: TaskMeta, outcome: TaskOutcome, records: list[Record],
-                untraceable: list[str] | None) -> RecordedTask:
+                untraceable: list[str] | None, start: bool = False) -> RecordedTask:
+        # As begun: the trace may yet find the task untraced, which its end records.
+        started = _task_run(meta) if start else None
+        start_event = emission.start_event(lineage_of(meta)) if start and self.spool else None
         decl = meta.declared
         code = [os.fsencode(os.path.realpath(p)) for p in decl.code] if decl else []
         io = classify(records, self.keep, code) if meta.traced else TaskIO()
@@ -261,8 +273,11 @@ class Recorder:
         recorded = self.store.finish_task_run(
             meta.run_id, outcome.status, outcome.ended_at, exit_code=outcome.exit_code,
             error_message=outcome.error, dropped_events=outcome.dropped, code=code,
-            traced=meta.traced, untraced_reason=meta.untraced_reason, accesses=accesses)
+            traced=meta.traced, untraced_reason=meta.untraced_reason, accesses=accesses,
+            started=started)
         inputs = self._input_datasets(recorded) if io.inputs else []
+        if start_event is not None:
+            self.emit(start_event)
         if self.spool is not None:
             make = {"COMPLETE": emission.complete_event, "FAIL": emission.fail_event,
                     "ABORT": emission.abort_event}[outcome.status]

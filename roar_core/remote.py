@@ -260,13 +260,20 @@ class RemoteRoar:
 # ---- the child ---------------------------------------------------------------------------
 
 
+# How long a job's start may wait to be recorded with its end (its START event that much
+# later for a longer job).
+HOLD_START_S = 1.0
+
+
 class _Server:
     def __init__(self, out: BinaryIO, cfg: Config, internal: list[str]):
         from roar_core.api import Roar
 
         self.out = out
         self.out_lock = threading.Lock()
-        self.roar = Roar(cfg, internal=internal)
+        # Snakemake's jobs are often shell one-liners: one commit and one spool sync each,
+        # where a separate start would take two.
+        self.roar = Roar(cfg, internal=internal, hold_start_s=HOLD_START_S)
         self.workflows: dict[str, Any] = {}
         self.metas: dict[str, Any] = {}
         self.sessions: dict[str, Path | None] = {}

@@ -2,18 +2,19 @@
 
 `append` writes the event to the spool directory and fsyncs it before returning; a sender
 thread then delivers events oldest first through the openlineage-python client and records
-each delivery durably. An unreachable backend costs one warning line per outage and a retry
-with capped exponential backoff; undelivered events survive restarts, and `flush()` (what
-`roar-core flush` calls) sends the backlog of every process that used the directory.
+the deliveries durably, once per pass (or per _ACK_EVERY events). An unreachable backend
+costs one warning line per outage and a retry with capped exponential backoff; undelivered
+events survive restarts, and `flush()` (what `roar-core flush` calls) sends the backlog of
+every process that used the directory.
 
 Order: the sender merges all segments by append time and stops at the first event that could
 not be delivered, so the events of a run go out in the order they were appended, even when two
 processes appended them. One sender at a time per directory (an flock), so nothing is sent twice
-by two processes. Delivery is at least once: a crash between a send and its ack resends that
-one event. Delivered segments are deleted, so the spool holds only the backlog.
+by two processes. Delivery is at least once: a crash between a send and its ack resends the
+events sent since the last ack (at most _ACK_EVERY). Delivered segments are deleted, so the
+spool holds only the backlog.
 File format and crash recovery: see spoolfiles.py.
 """
-
 from __future__ import annotations
 
 import atexit
@@ -59,6 +60,10 @@ log = logging.getLogger(__name__)
 class FlushResult(NamedTuple):
     sent: int
     pending: int
+
+
+# Events delivered between two acks at most (one ack per pass otherwise).
+_ACK_EVERY = 256
 
 
 class _Outcome(Enum):
@@ -306,6 +311,10 @@ class Spool:
             return _Outcome.FAILED
         if client is None:
             return _Outcome.HOLD
+        # Where each segment is delivered up to: written (synced) once per pass, not once per
+        # event; a sender busy with many small tasks' events spends far less on its acks.
+        done: dict[Segment, int] = {}
+        unacked = 0
         try:
             for rec in heapq.merge(*(s.records() for s in segments), key=lambda r: r.t):
                 if deadline is not None and time.monotonic() >= deadline:
@@ -314,8 +323,13 @@ class Spool:
                     self._report_unreadable(rec, rec.problem)
                 elif not self._deliver(client, rec):
                     return _Outcome.FAILED
-                rec.segment.ack(rec.end)
+                done[rec.segment] = rec.end
+                unacked += 1
+                if unacked >= _ACK_EVERY:  # a long backlog: bounded resends after a crash
+                    _ack(done)
+                    unacked = 0
         finally:
+            _ack(done)
             for seg in segments:
                 if seg.sealed and seg.delivered:
                     seg.remove()
@@ -376,6 +390,13 @@ class Spool:
                 self._hold_logged = True
                 log.warning("roar: %s; OpenLineage events kept in %s", reason, self.directory)
             return None
+
+
+def _ack(done: dict[Segment, int]) -> None:
+    for seg, end in done.items():
+        if end > seg.acked:
+            seg.ack(end)
+    done.clear()
 
 
 def _at_exit(ref: weakref.ref[Spool]) -> None:

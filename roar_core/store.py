@@ -349,35 +349,10 @@ class Store:
                 raise StoreError(f"unknown workflow run {run_id}")
 
     def start_task_run(self, run: TaskRun) -> None:
-        check_aware(run.started_at, "started_at")
-        code = code_json(run.code)
+        row = _task_run_row(run)
         with self._transaction(f"cannot record task run {run.run_id}", write=True) as conn:
-            conn.execute(
-                insert(_TASK_RUNS),
-                {
-                    "run_id": run.run_id,
-                    "workflow_run_id": run.workflow_run_id,
-                    "parent_run_id": run.parent_run_id,
-                    "engine": run.engine,
-                    "namespace": run.namespace,
-                    "job_name": run.job_name,
-                    "engine_task_id": run.engine_task_id,
-                    "attempt": run.attempt,
-                    "host": run.host,
-                    "pid": run.pid,
-                    "started_at": run.started_at,
-                    "ended_at": None,
-                    "status": "RUNNING",
-                    "exit_code": None,
-                    "error_message": None,
-                    "command": list(run.command),
-                    "code": code,
-                    "environment": dict(run.environment),
-                    "traced": run.traced,
-                    "untraced_reason": run.untraced_reason,
-                    "dropped_events": 0,
-                },
-            )
+            conn.execute(insert(_TASK_RUNS), row)
+
 
     def finish_task_run(
         self,
@@ -392,12 +367,14 @@ class Store:
         traced: bool | None = None,
         untraced_reason: str | None = None,
         accesses: Sequence[Access] = (),
+        started: TaskRun | None = None,
     ) -> list[AccessRecord]:
         """Close a task run. `code`, `traced` and `untraced_reason` (None: keep what
         `start_task_run` stored) are often known only once the trace has been read.
 
         `accesses` are recorded in the same transaction (see `record_accesses`, whose result
-        this returns): a task's end is one commit, not two."""
+        this returns): a task's end is one commit, not two.  `started`: the run, when its
+        start was not stored yet (a short task: its start and end are one commit)."""
         check_status(status)
         check_aware(ended_at, "ended_at")
         values: dict[str, Any] = {
@@ -415,7 +392,10 @@ class Store:
         elif untraced_reason is not None:
             values["untraced_reason"] = untraced_reason
         checked = [checked_access(a) for a in accesses]
+        row = _task_run_row(started) if started is not None else None
         with self._transaction(f"cannot finish task run {run_id}", write=True) as conn:
+            if row is not None:
+                conn.execute(insert(_TASK_RUNS), row)
             recorded = _record_accesses(conn, run_id, checked) if checked else []
             done = conn.execute(
                 _finish_task(tuple(sorted(values))), {**values, "finished_run_id": run_id}
@@ -736,6 +716,34 @@ def _record_accesses(
     _ACCESS.run(conn, [(task_run_id, r.uri, r.digest, r.role, r.size, r.mtime_ns, r.path_read,
                          r.dataset_namespace, r.dataset_name) for r in records])
     return records
+
+
+def _task_run_row(run: TaskRun) -> dict[str, Any]:
+    """The row of a task run as it starts: running, no end, nothing dropped yet."""
+    check_aware(run.started_at, "started_at")
+    return {
+        "run_id": run.run_id,
+        "workflow_run_id": run.workflow_run_id,
+        "parent_run_id": run.parent_run_id,
+        "engine": run.engine,
+        "namespace": run.namespace,
+        "job_name": run.job_name,
+        "engine_task_id": run.engine_task_id,
+        "attempt": run.attempt,
+        "host": run.host,
+        "pid": run.pid,
+        "started_at": run.started_at,
+        "ended_at": None,
+        "status": "RUNNING",
+        "exit_code": None,
+        "error_message": None,
+        "command": list(run.command),
+        "code": code_json(run.code),
+        "environment": dict(run.environment),
+        "traced": run.traced,
+        "untraced_reason": run.untraced_reason,
+        "dropped_events": 0,
+    }
 
 
 def _unique_sorted(accesses: Iterable[Access]) -> list[Access]:

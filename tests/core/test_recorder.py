@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import blake3
@@ -133,3 +134,59 @@ def test_secrets_in_argv_never_leave_in_events(project):
     for secret in ("hunter2", "s3cr3t", "pw123"):
         assert secret not in text
     assert "secretive" in text
+
+
+def held_roar(root: Path, hold: float) -> Roar:
+    return Roar(config.load(cwd=root, env={}), hold_start_s=hold)
+
+
+def spooled_kinds(roar: Roar, run_id: str) -> list[str]:
+    roar.spool.flush(10)
+    return [e["eventType"] for e in events(roar.config.home) if e["run"]["runId"] == run_id]
+
+
+def test_a_short_task_is_started_and_ended_in_one_commit(project):
+    root, _ = project
+    roar = held_roar(root, hold=60)
+    try:
+        wf = roar.start_workflow("wf", engine="test")
+        meta = roar.begin_task("wf.t", "test", workflow=wf)
+        assert roar.store.task_run(meta.run_id) is None  # held: nothing stored or sent yet
+        roar.end_task(meta, "COMPLETE", wait=True)
+        run = roar.store.task_run(meta.run_id)
+        assert (run.status, run.started_at) == ("COMPLETE", meta.started_at)
+        assert spooled_kinds(roar, meta.run_id) == ["START", "COMPLETE"]
+        start = [e for e in events(roar.config.home)
+                 if e["run"]["runId"] == meta.run_id and e["eventType"] == "START"]
+        assert start[0]["run"]["facets"]["parent"]["run"]["runId"] == wf.run_id
+    finally:
+        roar.close()
+
+
+def test_a_long_task_is_started_once_its_hold_is_over(project):
+    root, _ = project
+    roar = held_roar(root, hold=0.2)
+    try:
+        meta = roar.begin_task("t", "test")
+        deadline = time.monotonic() + 10
+        while roar.store.task_run(meta.run_id) is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert roar.store.task_run(meta.run_id).status == "RUNNING"
+        assert spooled_kinds(roar, meta.run_id) == ["START"]
+        roar.end_task(meta, "FAIL", error="boom", wait=True)
+        assert roar.store.task_run(meta.run_id).status == "FAIL"
+        assert spooled_kinds(roar, meta.run_id) == ["START", "FAIL"]
+    finally:
+        roar.close()
+
+
+def test_finalize_records_the_held_starts_of_running_tasks(project):
+    root, _ = project
+    roar = held_roar(root, hold=60)
+    try:
+        meta = roar.begin_task("t", "test")
+        assert roar.finalize(timeout=10)
+        assert roar.store.task_run(meta.run_id).status == "RUNNING"
+        assert spooled_kinds(roar, meta.run_id) == ["START"]
+    finally:
+        roar.close()

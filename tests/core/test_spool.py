@@ -419,3 +419,19 @@ def test_forked_child_writes_its_own_segment(
     assert len(list((tmp_path / "spool").glob("*.jsonl"))) == 2
     assert spool.flush(timeout=10) == (2, 0)
     assert [e["eventType"] for e in endpoint.received()] == ["START", "COMPLETE"]
+
+
+def test_a_pass_acks_each_segment_once(
+    make_spool: Callable[..., Spool], endpoint: Endpoint, tmp_path: Path
+) -> None:
+    # A flush delivers the whole backlog in one pass: one durable ack for the segment, not
+    # one per event (a sender of many small tasks' events would sync twice per task).
+    spool = make_spool(start=False)
+    events = lineage_events(runs=4)
+    for event in events:
+        assert spool.append(event)
+    (segment,) = (tmp_path / "spool").glob("*.jsonl")
+    assert spool.flush(timeout=5) == (len(events), 0)
+    assert [sent_form(e) for e in endpoint.received()] == [sent_form(e) for e in events]
+    ack = segment.with_name(segment.name + ".ack").read_bytes()
+    assert ack == b"%d\n" % segment.stat().st_size
