@@ -3,9 +3,11 @@ file transport wrote (each validated against the official OpenLineage schemas)."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import blake3
@@ -136,8 +138,13 @@ def test_secrets_in_argv_never_leave_in_events(project):
     assert "secretive" in text
 
 
-def held_roar(root: Path, hold: float) -> Roar:
-    return Roar(config.load(cwd=root, env={}), hold_start_s=hold)
+@contextlib.contextmanager
+def held_roar(root: Path, hold: float) -> Iterator[Roar]:
+    roar = Roar(config.load(cwd=root, env={}), hold_start_s=hold)
+    try:
+        yield roar
+    finally:
+        roar.close()
 
 
 def spooled_kinds(roar: Roar, run_id: str) -> list[str]:
@@ -147,8 +154,7 @@ def spooled_kinds(roar: Roar, run_id: str) -> list[str]:
 
 def test_a_short_task_is_started_and_ended_in_one_commit(project):
     root, _ = project
-    roar = held_roar(root, hold=60)
-    try:
+    with held_roar(root, hold=60) as roar:
         wf = roar.start_workflow("wf", engine="test")
         meta = roar.begin_task("wf.t", "test", workflow=wf)
         assert roar.store.task_run(meta.run_id) is None  # held: nothing stored or sent yet
@@ -159,14 +165,11 @@ def test_a_short_task_is_started_and_ended_in_one_commit(project):
         start = [e for e in events(roar.config.home)
                  if e["run"]["runId"] == meta.run_id and e["eventType"] == "START"]
         assert start[0]["run"]["facets"]["parent"]["run"]["runId"] == wf.run_id
-    finally:
-        roar.close()
 
 
 def test_a_long_task_is_started_once_its_hold_is_over(project):
     root, _ = project
-    roar = held_roar(root, hold=0.2)
-    try:
+    with held_roar(root, hold=0.2) as roar:
         meta = roar.begin_task("t", "test")
         deadline = time.monotonic() + 10
         while roar.store.task_run(meta.run_id) is None and time.monotonic() < deadline:
@@ -176,17 +179,12 @@ def test_a_long_task_is_started_once_its_hold_is_over(project):
         roar.end_task(meta, "FAIL", error="boom", wait=True)
         assert roar.store.task_run(meta.run_id).status == "FAIL"
         assert spooled_kinds(roar, meta.run_id) == ["START", "FAIL"]
-    finally:
-        roar.close()
 
 
 def test_finalize_records_the_held_starts_of_running_tasks(project):
     root, _ = project
-    roar = held_roar(root, hold=60)
-    try:
+    with held_roar(root, hold=60) as roar:
         meta = roar.begin_task("t", "test")
         assert roar.finalize(timeout=10)
         assert roar.store.task_run(meta.run_id).status == "RUNNING"
         assert spooled_kinds(roar, meta.run_id) == ["START"]
-    finally:
-        roar.close()
