@@ -22,7 +22,7 @@ from roar_core.classification import FileAccess, PathFilter, TaskIO, classify
 from roar_core.hashing import Hasher, HashResult
 from roar_core.redact import redact_argv
 from roar_core.spool import Spool
-from roar_core.store import Access, AccessRecord, CodeFile, Store
+from roar_core.store import Access, AccessRecord, CodeFile, Store, TaskRun
 from roar_core.tracelog import Record
 
 log = logging.getLogger(__name__)
@@ -128,9 +128,7 @@ def lineage_of(meta: TaskMeta, outcome: TaskOutcome | None = None,
     )
 
 
-def _task_run(meta: TaskMeta):
-    from roar_core.store import TaskRun
-
+def _task_run(meta: TaskMeta) -> TaskRun:
     return TaskRun(
         run_id=meta.run_id, engine=meta.engine, namespace=meta.namespace,
         job_name=meta.job_name, started_at=meta.started_at,

@@ -15,6 +15,7 @@ events sent since the last ack (at most _ACK_EVERY). Delivered segments are dele
 spool holds only the backlog.
 File format and crash recovery: see spoolfiles.py.
 """
+
 from __future__ import annotations
 
 import atexit
