@@ -171,8 +171,11 @@ def test_a_long_task_is_started_once_its_hold_is_over(project):
     root, _ = project
     with held_roar(root, hold=0.2) as roar:
         meta = roar.begin_task("t", "test")
+        # The recorder thread stores the start, then spools its event: wait for both.
         deadline = time.monotonic() + 10
-        while roar.store.task_run(meta.run_id) is None and time.monotonic() < deadline:
+        while (roar.store.task_run(meta.run_id) is None
+               or not (roar.config.home / "openlineage" / "events.jsonl").exists()
+               or not spooled_kinds(roar, meta.run_id)) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert roar.store.task_run(meta.run_id).status == "RUNNING"
         assert spooled_kinds(roar, meta.run_id) == ["START"]
