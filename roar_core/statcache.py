@@ -8,6 +8,7 @@ the traced job.
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import os
 import sqlite3
@@ -46,14 +47,22 @@ def _get_sql(n: int) -> str:
     )
 
 
-# Keyed by inode, so a file's new version replaces its old one and the table stays one row per
-# inode. The WHERE keeps a slow writer from replacing a newer version with an older one.
-_PUT = (
-    "INSERT INTO stat_cache VALUES (?, ?, ?, ?, ?, ?)"
-    " ON CONFLICT (dev, ino) DO UPDATE SET size = excluded.size, mtime_ns = excluded.mtime_ns,"
-    " ctime_ns = excluded.ctime_ns, digest = excluded.digest"
-    " WHERE excluded.ctime_ns >= stat_cache.ctime_ns"
-)
+# Written in slices of this many rows, one multi-row statement each (6 parameters a row:
+# under the 999-parameter limit too); one statement step per slice instead of one per row.
+_PUT_SLICE = 160
+
+
+@functools.lru_cache(maxsize=8)
+def _put_sql(n: int) -> str:
+    # Keyed by inode, so a file's new version replaces its old one and the table stays one row
+    # per inode. The WHERE keeps a slow writer from replacing a newer version with an older one.
+    values = ",".join(["(?, ?, ?, ?, ?, ?)"] * n)
+    return (
+        f"INSERT INTO stat_cache VALUES {values}"
+        " ON CONFLICT (dev, ino) DO UPDATE SET size = excluded.size,"
+        " mtime_ns = excluded.mtime_ns, ctime_ns = excluded.ctime_ns, digest = excluded.digest"
+        " WHERE excluded.ctime_ns >= stat_cache.ctime_ns"
+    )
 
 
 class FileState(NamedTuple):
@@ -223,7 +232,9 @@ def _write(db: sqlite3.Connection, rows: list[tuple]) -> None:
     # IMMEDIATE takes the write lock up front, where the busy timeout applies.
     db.execute("BEGIN IMMEDIATE")
     try:
-        db.executemany(_PUT, rows)
+        for i in range(0, len(rows), _PUT_SLICE):
+            part = rows[i : i + _PUT_SLICE]
+            db.execute(_put_sql(len(part)), tuple(itertools.chain.from_iterable(part)))
         db.execute("COMMIT")
     except BaseException:
         db.execute("ROLLBACK")

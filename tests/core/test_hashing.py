@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from blake3 import blake3
 
-from roar_core import hashing
+from roar_core import hashing, statcache
 from roar_core.hashing import FileState, Hasher, HashResult, StatCache, blake3_file
 
 REPO = Path(__file__).resolve().parents[2]
@@ -304,6 +304,22 @@ def test_statcache_edge_values(tmp_path: Path) -> None:
             None,
             None,
         ]
+
+
+def test_statcache_put_many_spans_several_statements(tmp_path: Path) -> None:
+    # More rows than one multi-row statement holds, with one inode twice in a slice: the
+    # later, newer version wins as it would row by row, and the stale one cannot come back.
+    n = statcache._PUT_SLICE * 2 + 3
+    states = [FileState(9, i, i, i, 100 + i) for i in range(n)]
+    items = [(s, format(i, "064x")) for i, s in enumerate(states)]
+    again = FileState(9, 5, 77, 77, 10_000)
+    stale = FileState(9, 6, 1, 1, 1)
+    with StatCache(tmp_path / "c.sqlite") as c:
+        c.put_many([*items[:10], (again, b3(b"again")), (stale, b3(b"stale")), *items[10:]])
+        want = [format(i, "064x") for i in range(n)]
+        want[5] = None  # replaced by `again` within the same statement
+        assert c.get_many(states) == want
+        assert c.get_many([again, stale]) == [b3(b"again"), None]
 
 
 def test_statcache_rebuilds_old_schema_and_survives_garbage(tmp_path: Path, caplog) -> None:

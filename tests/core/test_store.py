@@ -17,7 +17,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import create_engine, event, inspect, text
 
 from roar_core.store import (
     SCHEMA_HEAD,
@@ -279,6 +279,42 @@ def test_bulk_rows_store_timestamps_like_every_other_write(store: Store, where: 
             assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}", raw), raw
     else:
         assert recorded.tzinfo is not None and first_seen.tzinfo is not None
+
+
+def test_a_task_with_thousands_of_files_keeps_every_row(store: Store) -> None:
+    # More rows than one multi-row INSERT holds (SQLite), across roles, digests and NULLs;
+    # a second reader of the same files moves their seen versions on (the upsert, per row).
+    n = 1011
+    reads = [Access(f"/in/{i:05d}", "input", digest(i), size=i, mtime_ns=i) for i in range(n)]
+    writes = [Access(f"/out/{i:05d}", "output", digest(10**6 + i), size=i, mtime_ns=i)
+              for i in range(n)]
+    gone = [Access(f"/tmp/{i:05d}", "transient", None) for i in range(3)]
+    first = task(store, "many", 0)
+    many = []
+
+    def seen_executemany(conn, cursor, statement, params, context, executemany) -> None:
+        if executemany:
+            many.append(statement)
+
+    event.listen(store._engine, "before_cursor_execute", seen_executemany)
+    store.finish_task_run(first, "COMPLETE", T0 + timedelta(minutes=1),
+                          accesses=[*reads, *writes, *gone])
+    event.remove(store._engine, "before_cursor_execute", seen_executemany)
+    if store._engine.dialect.name == "sqlite":
+        assert many == []  # every bulk write went in as multi-row statements
+    got = store.accesses_of(first)
+    assert [(a.uri, a.role, a.digest, a.size) for a in got] == [
+        (a.uri, a.role, a.digest, a.size) for a in [*reads, *writes, *gone]]
+    for a in (writes[0], writes[n // 2], writes[-1]):
+        v = store.latest_version(a.uri)
+        assert (v.digest, v.size, v.mtime_ns, v.producer_run_id) == (
+            a.digest, a.size, a.mtime_ns, first)
+    seen = store.latest_version(reads[-1].uri)
+    second = task(store, "again", 2)
+    store.finish_task_run(second, "COMPLETE", T0 + timedelta(minutes=3), accesses=reads)
+    later = store.latest_version(reads[-1].uri)
+    assert later.producer_run_id is None and later.last_seen_at > seen.last_seen_at
+    assert len(store.accesses_of(second)) == n
 
 
 def test_bad_inputs_are_refused_with_clear_errors(store: Store) -> None:
