@@ -144,6 +144,11 @@ def _prepare_home(home: Path) -> Path:
     return home / DB_FILENAME
 
 
+# Measured, 5000 new files recorded by one task: finish_task_run 71-76 ms with SQLite's
+# default 4 KiB pages, 56-62 ms with 16 KiB (64 KiB gains nothing more).
+SQLITE_PAGE_SIZE = 16384
+
+
 def _ensure_wal(cur: sqlite3.Cursor) -> None:
     """Switch a new database to WAL; the mode is persistent, so later opens only read it.
 
@@ -172,6 +177,9 @@ def _sqlite_engine(url: URL) -> Engine:
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        # Takes effect only while the file is still empty, so only new stores get it: a task's
+        # thousands of rows touch (and commit to the WAL) a quarter of the pages of 4 KiB.
+        cur.execute(f"PRAGMA page_size = {SQLITE_PAGE_SIZE}")
         _ensure_wal(cur)
         # In WAL mode NORMAL stays consistent after a crash; only the last commits may be lost.
         cur.execute("PRAGMA synchronous = NORMAL")

@@ -322,6 +322,20 @@ def test_statcache_put_many_spans_several_statements(tmp_path: Path) -> None:
         assert c.get_many([again, stale]) == [b3(b"again"), None]
 
 
+def test_a_new_statcache_uses_large_pages_and_an_old_one_keeps_its_own(tmp_path: Path) -> None:
+    old = tmp_path / "old.sqlite"
+    with sqlite3.connect(old) as db:
+        db.execute("PRAGMA page_size = 4096")
+        db.execute("CREATE TABLE t (x)")
+    for path in (tmp_path / "new.sqlite", old):
+        with StatCache(path) as c:
+            c.put(FileState(1, 2, 3, 4, 5), b3(b""))
+    pages = {p.name: sqlite3.connect(p).execute("PRAGMA page_size").fetchone()[0]
+             for p in (tmp_path / "new.sqlite", old)}
+    assert pages == {"new.sqlite": statcache.PAGE_SIZE, "old.sqlite": 4096}
+    assert statcache.PAGE_SIZE > 4096
+
+
 def test_statcache_rebuilds_old_schema_and_survives_garbage(tmp_path: Path, caplog) -> None:
     old = tmp_path / "old.sqlite"
     with sqlite3.connect(old) as db:

@@ -6,6 +6,7 @@ import json
 import multiprocessing
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 import uuid
@@ -19,6 +20,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, event, inspect, text
 
+from roar_core import store as store_module
 from roar_core.store import (
     SCHEMA_HEAD,
     Access,
@@ -315,6 +317,21 @@ def test_a_task_with_thousands_of_files_keeps_every_row(store: Store) -> None:
     later = store.latest_version(reads[-1].uri)
     assert later.producer_run_id is None and later.last_seen_at > seen.last_seen_at
     assert len(store.accesses_of(second)) == n
+
+
+def test_a_new_sqlite_store_uses_large_pages(tmp_path: Path) -> None:
+    with Store.open(home=tmp_path / "new") as s:
+        task(s, "t", 0)
+    old = tmp_path / "old"
+    old.mkdir()
+    with sqlite3.connect(old / "lineage.db") as db:  # made by an earlier roar: 4 KiB pages
+        db.execute("PRAGMA page_size = 4096")
+        db.execute("PRAGMA journal_mode = WAL")
+    with Store.open(home=old) as s:
+        task(s, "t", 0)
+    pages = [sqlite3.connect(d / "lineage.db").execute("PRAGMA page_size").fetchone()[0]
+             for d in (tmp_path / "new", old)]
+    assert pages == [store_module.SQLITE_PAGE_SIZE, 4096] and pages[0] > 4096
 
 
 def test_bad_inputs_are_refused_with_clear_errors(store: Store) -> None:
