@@ -48,6 +48,9 @@ CODE_SUFFIXES = (b".py", b".sh", b".bash", b".r", b".R", b".pl", b".rb", b".jl",
                  b".smk", b".ipynb", b".Rmd")
 
 
+_DIRS_MAX = 4096
+
+
 def display_name(path: bytes) -> str:
     """The dataset name for a path: UTF-8, with undecodable bytes escaped as \\xNN so that
     events and the store (which need valid text) can carry any file name."""
@@ -76,6 +79,16 @@ class PathFilter:
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     prefixes: tuple[bytes, ...] = field(default_factory=_interpreter_prefixes)
+    # Directory ("/a/b/") -> whether its files can be lineage, as far as the prefixes and
+    # cache parts say: a task's thousands of files sit in a few directories.
+    _dirs: dict[bytes, bool] = field(default_factory=dict, init=False, repr=False,
+                                     compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        # Directories, so that a prefix never matches a sibling ("/a/b" is not "/a/bc/").
+        for name in ("internal", "prefixes"):
+            dirs = tuple(d if d.endswith(b"/") else d + b"/" for d in getattr(self, name))
+            object.__setattr__(self, name, dirs)
 
     @classmethod
     def build(cls, internal: Iterable[str | bytes | os.PathLike] = (),
@@ -84,11 +97,19 @@ class PathFilter:
         return cls(dirs, tuple(include), tuple(exclude))
 
     def keep(self, path: bytes) -> bool:
-        if not path.startswith(b"/") or path.startswith(SYSTEM_PREFIXES):
+        if not path.startswith(b"/") or path.endswith(CACHE_SUFFIXES):
             return False
-        if path.startswith(self.prefixes) or path.startswith(self.internal):
-            return False
-        if _CACHE_PART.search(path) or path.endswith(CACHE_SUFFIXES):
+        # Every prefix and cache part ends with "/", so none can match past the last one:
+        # the directory decides them for all its files.
+        head = path[: path.rfind(b"/") + 1]
+        ok = self._dirs.get(head)
+        if ok is None:
+            if len(self._dirs) >= _DIRS_MAX:  # a long-lived worker's: bounded
+                self._dirs.clear()
+            ok = self._dirs[head] = not (
+                head.startswith(SYSTEM_PREFIXES) or head.startswith(self.prefixes)
+                or head.startswith(self.internal) or _CACHE_PART.search(head))
+        if not ok:
             return False
         if self.include or self.exclude:
             text = os.fsdecode(path)

@@ -173,6 +173,25 @@ def test_filters_system_interpreter_cache_internal_and_user_globs(tmp_path):
     assert names(io.inputs) == ["keep.txt"] and not io.outputs
 
 
+def test_keep_decides_by_directory_as_by_full_path(tmp_path):
+    # keep() looks a directory up once for all its files: the prefixes and cache parts must
+    # still decide each path as if matched against all of it.
+    keep = PathFilter.build([tmp_path / "roar"], exclude=["*.log"])
+    root = os.fsencode(tmp_path)
+    cases = {
+        b"/data/a.txt": True, b"/data/x/.git/HEAD": False, b"/data/x/.gitignore": True,
+        b"/data/pkg.egg-info/PKG-INFO": False, b"/data/pkg.egg-info": True,
+        b"/data/m/__pycache__/m.cpython-311.pyc": False, b"/data/m.pyc": False,
+        b"/data/run.log": False, b"/usr/share/x": False, b"/usrx/y": True,
+        b"relative/path": False, b"/data/.cache": True, b"/home/u/.cache/pip/x": False,
+        root + b"/roar/spool/s.jsonl": False, root + b"/roarx/data.csv": True,
+        root + b"/roar": True, os.fsencode(os.__file__): False,
+    }
+    for _ in range(2):  # the second pass answers from the directory memo
+        assert {p: keep.keep(p) for p in cases} == cases
+    assert PathFilter(internal=(b"/srv/roar",)).keep(b"/srv/roar.txt")
+
+
 def test_include_globs_restrict(tmp_path):
     def setup(w):
         (w / "data").mkdir()
