@@ -598,3 +598,23 @@ def test_native_batch_leaves_recent_files_out_of_the_cache(
     with Hasher(cache, racy_window_ns=0) as h:
         h.hash_files(files)
     assert all(d for d in cache.get_many([hashing._regular_state(p) for p in files]))
+
+
+def test_native_batch_runs_on_the_pool_in_chunks(tmp_path: Path, native_batch, monkeypatch) -> None:
+    # Never in the calling thread (in a traced worker that may be a task's thread, whose
+    # reads the tracer would count), and in more chunks than threads, so that one thread's
+    # results are built while another still hashes.
+    files = [write(tmp_path / f"f{i:04d}", b"%d" % i) for i in range(2000)]
+    threads: list[str] = []
+    real = type(native_batch).hash
+
+    def spy(self, paths, sizes):
+        threads.append(threading.current_thread().name)
+        return real(self, paths, sizes)
+
+    monkeypatch.setattr(type(native_batch), "hash", spy)
+    with Hasher(racy_window_ns=0, workers=2) as h:
+        got = h.hash_files(files)
+    assert {p: r.digest for p, r in got.items()} == {p: b3(b"%d" % i)
+                                                    for i, p in enumerate(files)}
+    assert len(threads) > 2 and all(t.startswith("roar-hash") for t in threads), threads
