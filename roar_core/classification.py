@@ -48,6 +48,7 @@ CODE_SUFFIXES = (b".py", b".sh", b".bash", b".r", b".R", b".pl", b".rb", b".jl",
                  b".smk", b".ipynb", b".Rmd")
 
 
+# Directories a PathFilter remembers its answer for (a long-lived worker meets many).
 _DIRS_MAX = 4096
 
 
@@ -104,7 +105,7 @@ class PathFilter:
         head = path[: path.rfind(b"/") + 1]
         ok = self._dirs.get(head)
         if ok is None:
-            if len(self._dirs) >= _DIRS_MAX:  # a long-lived worker's: bounded
+            if len(self._dirs) >= _DIRS_MAX:
                 self._dirs.clear()
             ok = self._dirs[head] = not (
                 head.startswith(SYSTEM_PREFIXES) or head.startswith(self.prefixes)

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from sqlalchemy import (
     Connection,
@@ -593,8 +593,15 @@ def _rows_per_insert(conn: Connection, columns: int) -> int:
     return max(1, min(_ROWS_PER_INSERT, limit // columns))
 
 
+class _Plan(NamedTuple):
+    sql: str
+    positional: bool
+    procs: dict[str, Any]  # column -> the driver's conversion of its values
+    multirow: tuple[str, str, str] | None  # SQLite: (before, one row's "(?, ...)", after)
+
+
 class _Bulk:
-    """A write statement run with the driver's own executemany.
+    """A write statement run for many rows at once, through the driver itself.
 
     A task with thousands of files writes thousands of rows per statement; SQLAlchemy's
     executemany builds and type-converts every row's parameters in Python (measured: more
@@ -612,9 +619,9 @@ class _Bulk:
     def __init__(self, stmt: Any, table: Table) -> None:
         self.stmt = stmt
         self.columns = tuple(c.name for c in _written_columns(table))
-        self._plans: dict[str, tuple[str, bool, dict[str, Any]]] = {}
+        self._plans: dict[str, _Plan] = {}
 
-    def _plan(self, conn: Connection) -> tuple[str, bool, dict[str, Any]]:
+    def _plan(self, conn: Connection) -> _Plan:
         dialect = conn.dialect
         plan = self._plans.get(dialect.name)
         if plan is None:
@@ -629,18 +636,26 @@ class _Bulk:
             procs = {n: proc for n in names
                      if (proc := compiled.binds[n].type.dialect_impl(dialect)
                          .bind_processor(dialect)) is not None}
-            plan = self._plans[dialect.name] = (compiled.string, compiled.positional, procs)
+            # SQLite: the statement around its one VALUES group, to repeat the group per row.
+            group = "(" + ", ".join("?" * len(names)) + ")"
+            rows = None
+            sqlite = compiled.positional and dialect.name == "sqlite"
+            if sqlite and compiled.string.count(group) == 1:
+                head, _, tail = compiled.string.partition(group)
+                rows = (head, group, tail)
+            plan = self._plans[dialect.name] = _Plan(compiled.string, compiled.positional,
+                                                     procs, rows)
         return plan
 
     def driver_value(self, conn: Connection, column: str, value: Any) -> Any:
-        proc = self._plan(conn)[2].get(column)
+        proc = self._plan(conn).procs.get(column)
         return value if proc is None or value is None else proc(value)
 
     def run(self, conn: Connection, rows: Sequence[tuple[Any, ...]],
             converted: Iterable[str] = ()) -> None:
         if not rows:
             return
-        sql, positional, procs = self._plan(conn)
+        sql, positional, procs, multirow = self._plan(conn)
         todo = [(self.columns.index(n), proc) for n, proc in procs.items()
                 if n not in converted]
         params: list[Any] = list(rows)
@@ -658,14 +673,11 @@ class _Bulk:
                 params = [tuple(p) for p in params]
         if not positional:
             params = [dict(zip(self.columns, p, strict=True)) for p in params]
+        if multirow is None:
             conn.exec_driver_sql(sql, params)
             return
-        group = "(" + ", ".join("?" * len(self.columns)) + ")"
-        if sql.count(group) != 1 or conn.dialect.name != "sqlite":
-            conn.exec_driver_sql(sql, params)
-            return
+        head, group, tail = multirow
         per = _rows_per_insert(conn, len(self.columns))
-        head, _, tail = sql.partition(group)
         for i in range(0, len(params), per):
             chunk = params[i : i + per]
             conn.exec_driver_sql(head + ", ".join([group] * len(chunk)) + tail,
