@@ -96,7 +96,8 @@ class Roar:
         self.hasher = Hasher(self.cache, workers=c.hash_workers or None, use_mmap=use_mmap,
                              native=c.native_hash)
         keep = PathFilter.build([c.home, *internal], c.include, c.exclude)
-        self.recorder = Recorder(self.store, self.spool, self.hasher, keep, c.file_host, progress)
+        self.recorder = Recorder(self.store, self.spool, self.hasher, keep, c.file_host, progress,
+                                 match_min_size=c.match_min_size)
         self.host = socket.gethostname()
         self._queue: queue.Queue[_Job | object | None] = queue.Queue(maxsize=max_pending)
         self._thread: threading.Thread | None = None

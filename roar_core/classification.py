@@ -127,10 +127,12 @@ class FileAccess:
     name: str  # its dataset name (display_name)
     role: str  # "input" | "output" | "transient" | "deleted"
     read_via: list[str] = field(default_factory=list)  # other names it was used under
-    pre_state: FileState | None = None  # inputs also written: the version that was read
+    # Inputs: the state of the version the task opened first (the tracer's stat at open),
+    # which is the version its digest must be, whatever the file holds later.
+    pre_state: FileState | None = None
     first_ns: int = 0
     existed: bool = False  # the path existed before the task (outputs: an overwrite)
-    state: FileState | None = None  # a regular file's stat at classification (task ended)
+    state: FileState | None = None  # a regular file's stat at classification (the task's end)
 
 
 @dataclass
@@ -270,6 +272,8 @@ def classify(records: Iterable[Record], keep: PathFilter,
                     s.read_first = True
                     if s.existed is None:
                         s.existed = True
+                    if s.pre_state is None and r.rflags & RF_STAT:
+                        s.pre_state = _stat_of(r)  # the version the task opened
                 continue
             existed = r.rflags & RF_EXISTED
             if existed:

@@ -378,21 +378,24 @@ def _access_line(a: AccessRecord) -> str:
     line = f"  {a.uri}"
     if a.digest:
         line += f"  {a.digest}  {size_text(a.size)}"
-    if a.role == "input" and a.dataset_name != a.uri:
-        # The join by content hash: this content was written under another name.
-        line += f"  (content of {a.dataset_name})"
+    elif a.note:
+        line += f"  version unknown: {a.note}"
     return line
 
 
 def show_file(key: str, history: list[tuple[AccessRecord, TaskRunRecord]]) -> None:
-    versions: dict[str | None, list[tuple[AccessRecord, TaskRunRecord]]] = {}
-    for a, r in history:
-        versions.setdefault(a.digest, []).append((a, r))
+    versions: dict[str | int | None, list[tuple[AccessRecord, TaskRunRecord]]] = {}
+    for i, (a, r) in enumerate(history):
+        # Each unknown version apart: nothing says two of them were the same.
+        versions.setdefault(a.digest or (i if a.note else None), []).append((a, r))
     lines = [key]
     for digest, uses in versions.items():
         size = next((a.size for a, _ in uses if a.size is not None), None)
-        title = digest or "(no content: deleted or transient)"
-        lines.append(f"  version {title}" + (f"  {size_text(size)}" if digest else ""))
+        if isinstance(digest, int):
+            lines.append(f"  version unknown: {uses[0][0].note}")
+        else:
+            title = digest or "(no content: deleted or transient)"
+            lines.append(f"  version {title}" + (f"  {size_text(size)}" if digest else ""))
         for a, r in uses:
             lines.append(f"    {ROLE_VERBS.get(a.role, a.role):<19} {r.job_name}  "
                          f"{status_text(r)}  {when(r.started_at)}  run {r.run_id}")
@@ -407,7 +410,8 @@ def query(cfg: config_mod.Config, arg: str, directions: list[str],
           depth: int | None) -> LineageGraph:
     key = lineage_key(arg)
     with read_store(cfg) as store:
-        graphs = [store.lineage(key, d, depth) for d in directions]  # type: ignore[arg-type]
+        graphs = [store.lineage(key, d, depth, cfg.match_min_size)  # type: ignore[arg-type]
+                  for d in directions]
     g = graph_mod.merge(graphs)
     if g.root is None:
         what = shown(arg) if shown(arg) == key else f"{shown(arg)} ({key})"
@@ -430,9 +434,12 @@ def tree_lines(g: LineageGraph, cwd: Path | None = None) -> list[str]:
     if g.root is None:
         return []
     children: dict[str, list[str]] = {}
+    inferred: set[str] = set()  # reached through an inferred edge: said on its line
     for e in g.edges:
         parent, child = (e.target, e.source) if g.direction == "upstream" else (e.source, e.target)
         children.setdefault(parent, []).append(child)
+        if e.kind == "inferred":
+            inferred.add(child)
     for kids in children.values():
         kids.sort(key=lambda n: _node_label(g, n, cwd))
     lines = [_node_label(g, g.root, cwd)]
@@ -444,6 +451,8 @@ def tree_lines(g: LineageGraph, cwd: Path | None = None) -> list[str]:
         node, prefix, last = stack.pop()
         branch = "└── " if last else "├── "
         label = _node_label(g, node, cwd)
+        if node in inferred:
+            label += "  [inferred: equal content, copy not observed]"
         if node in expanded and children.get(node):
             lines.append(f"{prefix}{branch}{label}  (see above)")
             continue

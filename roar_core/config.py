@@ -42,8 +42,19 @@ class Config:
     hash_workers: int = 0  # 0: a sensible default for this machine
     native_hash: bool = True  # small files through the native batch hasher, when built
     emit: bool = True  # send OpenLineage events (always spooled first)
+    # Equal content under another path, its copying unobserved: an inferred edge
+    # (`roar.content_match`), for files of at least this many bytes (smaller ones, empty
+    # files first, are equal by chance).
+    content_match: bool = True
+    content_match_min_size: int = 64
     disabled: bool = False  # kill switch: run tasks untraced and record nothing
     project_root: Path = field(default=Path("."), compare=False)
+
+    @property
+    def match_min_size(self) -> int | None:
+        """The smallest file whose content match is an inferred edge; None: none is (an
+        empty file never is)."""
+        return max(1, self.content_match_min_size) if self.content_match else None
 
     @property
     def spool_dir(self) -> Path:

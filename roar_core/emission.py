@@ -30,7 +30,7 @@ from functools import cache
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
-from uuid import UUID
+from uuid import UUID, uuid5
 
 from roar_core import ids
 from roar_core.redact import redact_argv, redact_text
@@ -96,6 +96,8 @@ class Dataset:
     """CREATE, OVERWRITE, DROP, TRUNCATE, RENAME or ALTER."""
     previous: tuple[str, str] | None = None
     """(namespace, name) before a RENAME."""
+    unknown_version: str | None = None
+    """Why the version (the content the task read or left) is unknown: no digest then."""
 
 
 @dataclass(frozen=True)
@@ -270,6 +272,10 @@ _SOURCE_CODE_LOCATION_SCHEMA = _ol_facet("1-1-0", "SourceCodeLocationJobFacet")
 _CONTENT_HASH_SCHEMA = schema_url("1-0-0", "ContentHashDatasetFacet")
 _ROAR_TASK_SCHEMA = schema_url("1-0-0", "RoarTaskRunFacet")
 _ROAR_IO_SCHEMA = schema_url("1-0-0", "RoarIORunFacet")
+_UNKNOWN_VERSION_SCHEMA = schema_url("1-0-0", "RoarUnknownVersionDatasetFacet")
+_CONTENT_MATCH_SCHEMA = schema_url("1-0-0", "RoarContentMatchRunFacet")
+# The job of the runs that stand for an inferred edge (see content_match_event).
+CONTENT_MATCH_JOB = "roar.content_match"
 
 START, COMPLETE, FAIL, ABORT = "START", "COMPLETE", "FAIL", "ABORT"  # RunState's values
 
@@ -304,6 +310,46 @@ def workflow_fail(w: WorkflowLineage) -> Event:
 
 def workflow_abort(w: WorkflowLineage) -> Event:
     return _event(ABORT, w, w.job_type)
+
+
+@dataclass
+class ContentMatch:
+    """An inferred edge: a task read `copy`, whose bytes were produced as `source` (another
+    path) by another run, and no traced run was seen making the copy."""
+
+    namespace: str
+    source: Dataset
+    copy: Dataset
+    producer_run_id: str
+    producer_job: str
+    consumer_run_id: str
+    event_time: datetime | str | None = None
+
+
+def content_match_event(m: ContentMatch) -> Event:
+    """A COMPLETE run of `roar.content_match` from the producer's version to the copy: in
+    Marquez an edge of its own, drawn and named as inferred, never a rename (`symlinks`
+    would merge the two datasets for good).  One run per (source, copy, content): its id
+    is derived from them, so a copy read again sends the same run again."""
+    if m.copy.digest is None or m.copy.digest != m.source.digest:
+        raise ValueError("a content match needs the same digest on both sides")
+    key = f"{m.source.namespace}|{m.source.name}|{m.copy.namespace}|{m.copy.name}|{m.copy.digest}"
+    run_id = str(uuid5(_CONTENT_MATCH_NS, key))
+    info = TaskLineage(namespace=m.namespace, job_name=CONTENT_MATCH_JOB, run_id=run_id,
+                       event_time=m.event_time, job_type=JobType(job_type="CONTENT_MATCH"))
+    p = producer()
+    return _event(
+        COMPLETE, info, info.job_type, inputs=[_input(m.source, p)],
+        outputs=[_output(m.copy, p)],
+        run_facets={"roar_contentMatch": _facet(
+            _CONTENT_MATCH_SCHEMA, inferredFrom="equal blake3 digests",
+            algorithm=HASH_ALGORITHM, digest=m.copy.digest,
+            producerRunId=_run_id(m.producer_run_id), producerJob=m.producer_job,
+            consumerRunId=_run_id(m.consumer_run_id))},
+    )
+
+
+_CONTENT_MATCH_NS = UUID("6f1f3c8e-2d7a-5b4e-9c1a-0d5e7f3b2a91")
 
 
 def to_dict(event: Event | RunEvent | Mapping[str, Any]) -> dict[str, Any]:
@@ -555,6 +601,12 @@ def _dataset_facets(d: Dataset, p: str) -> dict[str, Any]:
         if size is not None:
             content["size"] = size
         facets["contentHash"] = content
+    elif d.unknown_version is not None:
+        facets["roar_unknownVersion"] = {
+            "_producer": p,
+            "_schemaURL": _UNKNOWN_VERSION_SCHEMA,
+            "reason": d.unknown_version,
+        }
     if d.lifecycle is not None:
         facets["lifecycleStateChange"] = _lifecycle_facet(d, p)
     if d.symlinks:

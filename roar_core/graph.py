@@ -95,6 +95,10 @@ def _nodes(g: LineageGraph) -> dict[str, ArtifactNode | RunNode]:
     return nodes
 
 
+# An inferred edge (equal content under another path, the copying unobserved) is dashed.
+_INFERRED_DOT = ' [style=dashed, label="inferred: equal content"]'
+
+
 def _sorted_edges(g: LineageGraph) -> list[Edge]:
     return sorted(g.edges, key=lambda e: (e.source, e.target, e.kind))
 
@@ -130,7 +134,8 @@ def to_dot(g: LineageGraph) -> str:
             f"tooltip={_dot_str(_tooltip(node))}{extra}];"
         )
     for e in _sorted_edges(g):
-        lines.append(f"  {_dot_str(e.source)} -> {_dot_str(e.target)};")
+        style = _INFERRED_DOT if e.kind == "inferred" else ""
+        lines.append(f"  {_dot_str(e.source)} -> {_dot_str(e.target)}{style};")
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -272,10 +277,13 @@ def to_svg(g: LineageGraph) -> str:
         a, b = lay.boxes[e.source], lay.boxes[e.target]
         x1, y1, x2, y2 = a.x + a.w, a.cy, b.x, b.cy
         mid = (x1 + x2) / 2
+        dash = ' stroke-dasharray="5 4"' if e.kind == "inferred" else ""
         out.append(
             f'<path class="edge {e.kind}" d="M {x1:.1f} {y1:.1f} C {mid:.1f} {y1:.1f} '
             f'{mid:.1f} {y2:.1f} {x2:.1f} {y2:.1f}" fill="none" stroke="#666666" '
-            'stroke-width="1.2" marker-end="url(#arrow)"/>'
+            f'stroke-width="1.2"{dash} marker-end="url(#arrow)">'
+            + ("<title>inferred: equal content, the copy was not observed</title>"
+               if dash else "") + "</path>"
         )
     for node_id in sorted(nodes):
         node, box = nodes[node_id], lay.boxes[node_id]

@@ -30,6 +30,7 @@ from roar_core.session import pid_alive
 
 RUNNER = "runner.json"
 DONE = "task.json"
+CAPTURE = "capture.json"  # the run's file versions, taken as its command ended
 LOCK = ".recorder.lock"
 
 
@@ -83,6 +84,40 @@ def read_runner(session: Path) -> RunnerInfo:
 
 def end(session: Path, returncode: int) -> None:
     _write_json(session / DONE, asdict(TaskDone(_now(), returncode)))
+
+
+def _records(session: Path):
+    """(records in time order, the session's trace) of a session's logs: every process
+    there belongs to the one command that was run."""
+    from roar_core import tracelog
+    from roar_core.attribution import attribute
+
+    trace = tracelog.read_session(session)
+    records = sorted((r for t in attribute(trace.logs).values() for r in t.records),
+                     key=lambda r: r.mono_ns)
+    return records, trace
+
+
+def capture(cfg: Config, session: Path) -> None:
+    """Take the run's file versions now, as its command has ended and before `roar-core
+    run` returns to the shell: the next command may rewrite or delete them at once, and the
+    recorder, running later, must record what this one left (roar_core.capture)."""
+    from roar_core import capture as capture_mod
+    from roar_core.classification import PathFilter
+
+    records, _ = _records(session)
+    io = capture_mod.classified(records, PathFilter.build([cfg.home], cfg.include, cfg.exclude))
+    if io.inputs or io.outputs or io.code:
+        from roar_core.hashing import Hasher, StatCache
+
+        with StatCache(cfg.statcache_path) as cache, Hasher(
+                cache, workers=cfg.hash_workers or None, native=cfg.native_hash) as hasher:
+            taken = capture_mod.versions(io, hasher)
+    else:
+        taken = capture_mod.Capture(io)
+    tmp = session / (CAPTURE + ".tmp")
+    tmp.write_text(capture_mod.to_json(taken))
+    os.replace(tmp, session / CAPTURE)
 
 
 def _lock(cfg: Config, blocking: bool):
@@ -157,8 +192,7 @@ def _record_session(roar, d: Path, collector=None):
     the SessionCollector that read its logs while the command ran (`run --wait`)."""
     import shutil
 
-    from roar_core import tracelog
-    from roar_core.attribution import attribute
+    from roar_core import capture as capture_mod
     from roar_core.recorder import TaskMeta, TaskOutcome
 
     info = read_runner(d)
@@ -179,9 +213,7 @@ def _record_session(roar, d: Path, collector=None):
         records, dropped = events.records, events.dropped + len(errors)
         no_logs = collector.logs_read == 0
     else:
-        trace = tracelog.read_session(d)
-        records = sorted((r for t in attribute(trace.logs).values() for r in t.records),
-                         key=lambda r: r.mono_ns)
+        records, trace = _records(d)
         dropped, errors, no_logs = trace.dropped, trace.errors, not trace.logs
     if info.traced and no_logs and not errors:
         meta.traced = False
@@ -204,8 +236,13 @@ def _record_session(roar, d: Path, collector=None):
             error = f"exit code {rc}"
         outcome = TaskOutcome("COMPLETE" if rc == 0 else "FAIL",
                               datetime.fromisoformat(done.ended_at), rc, error, dropped)
+    # Taken by the runner as the command ended; without it (a runner that died, or
+    # `run --wait`, which records right away) the versions are taken now.
+    captured = None
+    if (d / CAPTURE).exists() and meta.traced:
+        captured = capture_mod.from_json((d / CAPTURE).read_text())
     roar.recorder.started(meta)
-    recorded = roar.recorder.record(meta, outcome, records)
+    recorded = roar.recorder.record(meta, outcome, records, captured=captured)
     shutil.rmtree(d, ignore_errors=True)
     return recorded
 

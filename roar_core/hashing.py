@@ -192,6 +192,7 @@ class Hasher:
         progress: Callable[[int, int], None] | None = None,
         known: Mapping[Path, FileState] | None = None,
         written: Collection[Path] = (),
+        settled: Collection[Path] = (),
     ) -> dict[Path, HashResult]:
         """Digests keyed by the paths as given; paths ``hash_file`` would answer None are left out.
 
@@ -202,6 +203,11 @@ class Hasher:
         ``written``: paths the task that just ended wrote.  The cache cannot hold their new
         state yet (only a hash taken since could have put it there), so they are not looked
         up: for a task's thousands of outputs, thousands of certain misses.
+        ``settled``: paths whose writers are done (a task's outputs hashed at its end): their
+        digests are cached even when their ctime is recent.  What a later write within the
+        same timestamp tick could hide, the stat taken here exposes on kernels that refine
+        timestamps once read (>= 6.13); the other readers of this version are the next
+        tasks, which look it up by the state they opened.
         """
         unique = list(dict.fromkeys(paths))
         total = len(unique)
@@ -232,7 +238,7 @@ class Hasher:
             for path, result, cacheable in batch:
                 if result is not None:
                     results[path] = result
-                    if cacheable:
+                    if cacheable or (result.stable and path in settled):
                         fresh.append((result.state, result.digest))
             if len(fresh) >= _BATCH:
                 self._store(fresh)

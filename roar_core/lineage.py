@@ -1,10 +1,13 @@
 """Lineage graphs over the store, joined by content hash.
 
-An input is linked to the run that produced its *content*, not its path: the candidates are all
-recorded outputs with the input's digest, and `pick_producer` chooses one (same path first, then
-the latest run that started no later than the reader). The same rule gives an input its dataset
-identity when it is recorded (`Store.record_accesses`) and its upstream edge here, so the graph
-and the emitted OpenLineage events agree.
+An input is linked to the run that produced its *content*: the candidates are all recorded
+outputs with the input's digest, and `pick_producer` chooses one (same path first, then the
+latest run that started no later than the reader). Where that output has another path, the copy
+was never observed: the graph keeps both files under their own paths and joins them with an
+edge of kind "inferred" (what `roar.content_match` runs publish), for contents of at least
+`min_size` bytes only (smaller ones, empty files first, are equal by chance; None: no inferred
+edges). The same rule finds the match when an input is recorded (`Store.record_accesses`), so
+the graph and the emitted OpenLineage events agree.
 
 Traversal is breadth-first with a fixed number of indexed queries per level (accesses by run or
 by digest, outputs by digest), which works the same on SQLite and PostgreSQL.
@@ -66,11 +69,12 @@ class RunNode:
 
 @dataclass(frozen=True)
 class Edge:
-    """artifact -> run for "input", run -> artifact for "output" (ids of the nodes)."""
+    """artifact -> run for "input", run -> artifact for "output", producer's artifact ->
+    copy for "inferred" (equal content, the copying unobserved); ids of the nodes."""
 
     source: str
     target: str
-    kind: Literal["input", "output"]
+    kind: Literal["input", "output", "inferred"]
 
 
 @dataclass
@@ -115,11 +119,11 @@ class Candidate:
     run: RunNode
 
 
-def latest_version(column, condition):
+def latest_version(columns, condition):
     """The query for the latest file version matching `condition`: the one last written or
     read, the later record on a tie.  The one place that rule is written."""
     return (
-        select(column)
+        select(*columns)
         .where(condition)
         .order_by(FileVersionRow.last_seen_at.desc(), FileVersionRow.id.desc())
         .limit(1)
@@ -170,58 +174,80 @@ def pick_producer(
     uri: str | None = None,
     consumer_run_id: str | None = None,
     consumer_started_at: datetime | None = None,
+    other_paths: bool = True,
 ) -> Candidate | None:
     """The producer a reader of this content most plausibly got it from.
 
     A run never produces its own input, and one that started after the reader cannot have
     written what the reader saw; among the rest the same path wins (a file read where it was
-    written), then the most recent run.
+    written), then the most recent run.  `other_paths=False`: the same path only (no
+    content match may be inferred for this file).
     """
     pool = [
         c
         for c in candidates
         if c.run.run_id != consumer_run_id
         and (consumer_started_at is None or c.run.started_at <= consumer_started_at)
+        and (other_paths or uri is None or c.uri == uri)
     ]
     if not pool:
         return None
     return max(pool, key=lambda c: (c.uri == uri, c.run.started_at, c.version_id))
 
 
-def start_node(conn: Connection, key: str) -> tuple[ArtifactNode, Candidate | None] | None:
-    """The artifact a query key names, under its producer's identity when it has one."""
+def may_infer(size: int | None, min_size: int | None) -> bool:
+    """Whether equal content of this size under another path is an inferred edge."""
+    return min_size is not None and size is not None and size >= min_size
+
+
+def _link(graph: LineageGraph, artifact: ArtifactNode, prod: Candidate) -> None:
+    """`prod` made `artifact`'s content: an output edge, through an inferred one when it
+    wrote it under another path."""
+    made = artifact if prod.uri == artifact.uri else ArtifactNode(prod.uri, artifact.digest)
+    graph.edges.add(Edge(graph.add_run(prod.run), graph.add_artifact(made), "output"))
+    if made is not artifact:
+        graph.edges.add(Edge(made.id, graph.add_artifact(artifact), "inferred"))
+
+
+def start_node(
+    conn: Connection, key: str, min_size: int | None
+) -> tuple[ArtifactNode, Candidate | None] | None:
+    """The artifact a query key names (a path: that path; a digest: where its producer wrote
+    it), and the producer of its content."""
     if is_digest(key):
         digest = key.lower() if key.startswith("blake3:") else f"blake3:{key.lower()}"
-        uri = None
+        uri, size = None, None
     else:
         latest = conn.execute(
-            latest_version(FileVersionRow.digest, FileVersionRow.uri == key)
-        ).scalar_one_or_none()
+            latest_version((FileVersionRow.digest, FileVersionRow.size), FileVersionRow.uri == key)
+        ).one_or_none()
         if latest is None:
             return None
-        digest, uri = latest, key
-    producer = pick_producer(producer_candidates(conn, [digest])[digest], uri=uri)
-    if producer is not None:
-        return ArtifactNode(producer.uri, digest), producer
+        (digest, size), uri = latest, key
+    producer = pick_producer(producer_candidates(conn, [digest])[digest], uri=uri,
+                             other_paths=uri is None or may_infer(size, min_size))
     if uri is None:
+        if producer is not None:
+            return ArtifactNode(producer.uri, digest), producer
         uri = conn.execute(
-            latest_version(FileVersionRow.uri, FileVersionRow.digest == digest)
+            latest_version((FileVersionRow.uri,), FileVersionRow.digest == digest)
         ).scalar_one_or_none()
         if uri is None:
             return None
-    return ArtifactNode(uri, digest), None
+    return ArtifactNode(uri, digest), producer
 
 
-def upstream(conn: Connection, key: str, depth: int | None) -> LineageGraph:
+def upstream(conn: Connection, key: str, depth: int | None,
+             min_size: int | None = None) -> LineageGraph:
     graph = LineageGraph(key, "upstream")
-    start = start_node(conn, key)
+    start = start_node(conn, key, min_size)
     if start is None:
         return graph
     node, producer = start
     graph.root = graph.add_artifact(node)
     if producer is None or depth == 0:
         return graph
-    graph.edges.add(Edge(graph.add_run(producer.run), node.id, "output"))
+    _link(graph, node, producer)
     frontier = {producer.run.run_id: producer.run}
     visited = set(frontier)
     level = 1
@@ -231,7 +257,8 @@ def upstream(conn: Connection, key: str, depth: int | None) -> LineageGraph:
         for chunk in _chunks(frontier):
             inputs.extend(
                 conn.execute(
-                    select(AccessRow.task_run_id, AccessRow.uri, AccessRow.digest).where(
+                    select(AccessRow.task_run_id, AccessRow.uri, AccessRow.digest,
+                           AccessRow.size).where(
                         AccessRow.task_run_id.in_(chunk), AccessRow.role == "input"
                     )
                 )
@@ -247,12 +274,13 @@ def upstream(conn: Connection, key: str, depth: int | None) -> LineageGraph:
                     uri=inp.uri,
                     consumer_run_id=consumer.run_id,
                     consumer_started_at=consumer.started_at,
+                    other_paths=may_infer(inp.size, min_size),
                 )
-            artifact = ArtifactNode(prod.uri if prod else inp.uri, inp.digest)
+            artifact = ArtifactNode(inp.uri, inp.digest)
             graph.edges.add(Edge(graph.add_artifact(artifact), consumer.id, "input"))
             if prod is None or not expand:
                 continue
-            graph.edges.add(Edge(graph.add_run(prod.run), artifact.id, "output"))
+            _link(graph, artifact, prod)
             if prod.run.run_id not in visited:
                 visited.add(prod.run.run_id)
                 nxt[prod.run.run_id] = prod.run
@@ -261,9 +289,10 @@ def upstream(conn: Connection, key: str, depth: int | None) -> LineageGraph:
     return graph
 
 
-def downstream(conn: Connection, key: str, depth: int | None) -> LineageGraph:
+def downstream(conn: Connection, key: str, depth: int | None,
+               min_size: int | None = None) -> LineageGraph:
     graph = LineageGraph(key, "downstream")
-    start = start_node(conn, key)
+    start = start_node(conn, key, min_size)
     if start is None:
         return graph
     node, _ = start
@@ -283,6 +312,7 @@ def downstream(conn: Connection, key: str, depth: int | None) -> LineageGraph:
                     select(
                         AccessRow.uri,
                         AccessRow.digest,
+                        AccessRow.size,
                         TaskRunRow.run_id,
                         TaskRunRow.job_name,
                         TaskRunRow.status,
@@ -296,23 +326,22 @@ def downstream(conn: Connection, key: str, depth: int | None) -> LineageGraph:
         new_runs: list[RunNode] = []
         for r in readers:
             run = _run_node(r)
-            prod = pick_producer(
-                candidates[r.digest],
-                uri=r.uri,
-                consumer_run_id=run.run_id,
-                consumer_started_at=run.started_at,
-            )
-            resolved = ArtifactNode(prod.uri if prod else r.uri, r.digest)
-            raw = ArtifactNode(r.uri, r.digest)
-            if resolved in frontier:
-                source = resolved
-            elif raw in frontier:
-                source = raw
-            elif r.digest in any_path:
-                source = resolved
-            else:
-                continue
-            graph.edges.add(Edge(graph.add_artifact(source), graph.add_run(run), "input"))
+            read = ArtifactNode(r.uri, r.digest)
+            if read not in frontier and r.digest not in any_path:
+                # Read under another path: the frontier's version only if it is the
+                # producer this reader's content is inferred from.
+                prod = pick_producer(
+                    candidates[r.digest],
+                    uri=r.uri,
+                    consumer_run_id=run.run_id,
+                    consumer_started_at=run.started_at,
+                    other_paths=may_infer(r.size, min_size),
+                )
+                made = ArtifactNode(prod.uri, r.digest) if prod is not None else None
+                if made is None or made == read or made not in frontier:
+                    continue
+                graph.edges.add(Edge(made.id, graph.add_artifact(read), "inferred"))
+            graph.edges.add(Edge(graph.add_artifact(read), graph.add_run(run), "input"))
             if run.run_id not in visited:
                 visited.add(run.run_id)
                 new_runs.append(run)

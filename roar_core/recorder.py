@@ -1,25 +1,28 @@
-"""Recording one finished task: classification -> hashing -> store -> emission.
+"""Recording one finished task: capture (classification, hashing) -> store -> emission.
 
-Pure plumbing between the steps: each step's module does the work.  The join by
-content hash lives here because it needs both the store and the emitter: an input
-whose digest was recorded as an output under another name is published under the
-producer's identity, with the path actually read in `symlinks`.
+Pure plumbing between the steps: each step's module does the work.  The capture runs as
+the task ends (`Recorder.capture`, or `record` itself when called then); the rest may run
+later.  The join by content hash lives here because it needs both the store and the
+emitter: an input whose digest was recorded as an output under another path stays under
+its own path, and the match is published as an inferred edge of its own
+(`roar.content_match`), never as a rename.
 """
 
 from __future__ import annotations
 
 import gc
 import logging
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from roar_core import capture as capture_mod
 from roar_core import declared as declared_mod
 from roar_core import emission
-from roar_core.classification import FileAccess, PathFilter, TaskIO, classify
-from roar_core.hashing import Hasher, HashResult
+from roar_core.capture import Capture, Version
+from roar_core.classification import PathFilter, TaskIO
+from roar_core.hashing import Hasher
 from roar_core.redact import redact_argv
 from roar_core.spool import Spool
 from roar_core.store import Access, AccessRecord, CodeFile, Store, TaskRun
@@ -67,10 +70,13 @@ class TaskOutcome:
 class RecordedTask:
     meta: TaskMeta
     outcome: TaskOutcome
-    io: TaskIO
-    hashes: dict[bytes, HashResult]
+    captured: Capture
     inputs: list[emission.Dataset]
     outputs: list[emission.Dataset]
+
+    @property
+    def io(self) -> TaskIO:
+        return self.captured.io
 
 
 def now() -> datetime:
@@ -140,6 +146,9 @@ def _task_run(meta: TaskMeta) -> TaskRun:
     )
 
 
+_GONE = Version(None, None, None, capture_mod.GONE)
+
+
 def _stored(digest: str | None) -> str | None:
     # The store's canonical form, so that it takes each Access as it is (no copy per file).
     return None if digest is None else "blake3:" + digest
@@ -150,10 +159,14 @@ class Recorder:
 
     def __init__(self, store: Store, spool: Spool | None, hasher: Hasher, keep: PathFilter,
                  file_host: str | None = None,
-                 progress: Callable[[int, int], None] | None = None):
+                 progress: Callable[[int, int], None] | None = None,
+                 match_min_size: int | None = 64):
+        """`match_min_size`: the smallest input whose equal content under another path is
+        published as an inferred edge; None: never."""
         self.store, self.spool, self.hasher, self.keep = store, spool, hasher, keep
         self.file_host = file_host
         self.progress = progress
+        self.match_min_size = match_min_size
 
     def emit(self, event) -> None:
         if self.spool is not None:
@@ -165,67 +178,84 @@ class Recorder:
             self.emit(emission.start_event(lineage_of(meta)))
 
     def _dataset(self, name: str, digest: str | None, size: int | None,
-                 lifecycle: str | None = None, via: list[str] | None = None) -> emission.Dataset:
+                 lifecycle: str | None = None, via: list[str] | None = None,
+                 unknown: str | None = None) -> emission.Dataset:
         ns, ds_name = emission.file_dataset(name, self.file_host)
         symlinks = [emission.file_dataset(v, self.file_host) for v in via or []]
         return emission.Dataset(ns, ds_name, digest=digest, size=size, symlinks=symlinks,
-                                lifecycle=lifecycle)
+                                lifecycle=lifecycle, unknown_version=unknown)
 
     def _input_datasets(self, recorded: list[AccessRecord]) -> list[emission.Dataset]:
-        """Inputs under the identity the store gave them: the path read, or, when that
-        content was produced under another name, the producer's (the join by content
-        hash), with the path actually read in `symlinks`."""
+        """Inputs under the path the task used (`symlinks`: the link it went through)."""
         out = []
         for rec in recorded:
             if rec.role != "input":
                 continue
             digest = rec.digest.removeprefix("blake3:") if rec.digest else None
-            read = rec.path_read or rec.uri
-            own = emission.file_dataset(rec.uri, self.file_host)
-            ns, name = (rec.dataset_namespace, rec.dataset_name)
-            if ns == "file" and self.file_host:
-                ns = own[0]
-            symlinks = [] if (ns, name) == emission.file_dataset(read, self.file_host) else [
-                emission.file_dataset(read, self.file_host)]
-            out.append(emission.Dataset(ns, name, digest=digest, size=rec.size,
-                                        symlinks=symlinks))
+            out.append(self._dataset(rec.uri, digest, rec.size, via=[rec.path_read]
+                                     if rec.path_read else None, unknown=rec.note))
         return out
 
-    def _previous_digest(self, a: FileAccess) -> str | None:
-        """Digest of the version a task found before overwriting it: from the stat cache,
-        else from the store's last recorded version when size and mtime still match (the
-        cache skips files changed within its racy window, e.g. just written by the
-        previous task)."""
-        pre = a.pre_state
-        if pre is None:
-            return None
-        if self.hasher.cache is not None and (d := self.hasher.cache.get(pre)):
-            return d
-        v = self.store.latest_version(a.name)
-        if v is not None and v.size == pre.size and v.mtime_ns == pre.mtime_ns:
-            return v.digest.removeprefix("blake3:")
-        return None
+    def _stored_version(self, uri: str, v: Version) -> Version:
+        """An input's unknown version found in the store: the version last recorded at this
+        path with the state the task opened (size and mtime: all the store keeps)."""
+        st = v.state
+        if st is None:
+            return v
+        got = self.store.latest_version(uri)
+        if got is not None and got.size == st.size and got.mtime_ns == st.mtime_ns:
+            return Version(got.digest.removeprefix("blake3:"), st.size, st)
+        return v
+
+    def _content_matches(self, meta: TaskMeta, recorded: list[AccessRecord]) -> list:
+        """`roar.content_match` events: an input whose bytes were produced under another
+        path, the copy unobserved.  Trivial contents (shorter than `content_match_min_size`,
+        empty files among them) match by chance, and infer nothing."""
+        if self.match_min_size is None:
+            return []
+        events = []
+        for rec in recorded:
+            m = rec.match
+            if m is None or rec.size is None or rec.size < self.match_min_size:
+                continue
+            digest = m.digest.removeprefix("blake3:")
+            source = emission.Dataset(*emission.file_dataset(m.uri, self.file_host),
+                                      digest=digest, size=rec.size)
+            copy = self._dataset(rec.uri, digest, rec.size)
+            events.append(emission.content_match_event(emission.ContentMatch(
+                namespace=meta.namespace, source=source, copy=copy,
+                producer_run_id=m.run_id, producer_job=m.job_name,
+                consumer_run_id=meta.run_id, event_time=meta.started_at)))
+        return events
 
     def record(self, meta: TaskMeta, outcome: TaskOutcome, records: list[Record],
-               untraceable: list[str] | None = None, *, start: bool = False) -> RecordedTask:
+               untraceable: list[str] | None = None, *, start: bool = False,
+               captured: Capture | None = None) -> RecordedTask:
         """`start`: the task's start was not recorded (`started`) yet: its row goes in with
-        its end, one commit, and its START event right before its end's, one spool sync."""
+        its end, one commit, and its START event right before its end's, one spool sync.
+        `captured`: the task's versions, taken as it ended (`capture.capture`); without
+        one they are taken now, so call this right as the task ends."""
         with gc_paused():
             if start and self.spool is not None:
                 with self.spool.batch():
-                    return self._record(meta, outcome, records, untraceable, start)
-            return self._record(meta, outcome, records, untraceable, start)
+                    return self._record(meta, outcome, records, untraceable, start, captured)
+            return self._record(meta, outcome, records, untraceable, start, captured)
+
+    def capture(self, meta: TaskMeta, records: list[Record]) -> Capture:
+        """The task's file versions, now: for the process that marks a task's end."""
+        with gc_paused():
+            return capture_mod.capture(records, self.keep, self.hasher, declared=meta.declared,
+                                       traced=meta.traced)
 
     def _record(self, meta: TaskMeta, outcome: TaskOutcome, records: list[Record],
-                untraceable: list[str] | None, start: bool = False) -> RecordedTask:
+                untraceable: list[str] | None, start: bool = False,
+                captured: Capture | None = None) -> RecordedTask:
         # As begun: the trace may yet find the task untraced, which its end records.
         started = _task_run(meta) if start else None
         start_event = emission.start_event(lineage_of(meta)) if start and self.spool else None
-        decl = meta.declared
-        code = [os.fsencode(os.path.realpath(p)) for p in decl.code] if decl else []
-        io = classify(records, self.keep, code) if meta.traced else TaskIO()
-        if decl is not None:
-            declared_mod.apply(io, decl, self.keep)
+        if captured is None:
+            captured = self.capture(meta, records)
+        io, decl = captured.io, meta.declared
         if untraceable:
             io.untraceable.extend(untraceable)
         if io.untraceable and meta.traced:
@@ -237,37 +267,31 @@ class Recorder:
             meta.io_check = declared_mod.check(io, decl)
         if meta.command is None and io.commands:
             meta.command = io.commands[0]
-        hashed = io.inputs + io.outputs + io.code
-        known = {a.path: a.state for a in hashed if a.state is not None}
-        hashes = self.hasher.hash_files([a.path for a in hashed], progress=self.progress,
-                                        known=known, written={a.path for a in io.outputs},
-                                        ) if hashed else {}
 
         accesses: list[Access] = []
         outputs: list[emission.Dataset] = []
         for a in io.inputs:
-            h = hashes.get(a.path)
-            digest, size = (h.digest, h.size) if h else (None, None)
-            if a.pre_state is not None and h is not None and h.state != a.pre_state:
-                # Read-modify-write: the version read is the one before the task wrote it.
-                digest, size = self._previous_digest(a), a.pre_state.size
-            accesses.append(Access(uri=a.name, role="input", digest=_stored(digest), size=size,
-                                   path_read=a.read_via[0] if a.read_via else None))
+            v = captured.inputs.get(a.path) or _GONE
+            if v.digest is None:
+                v = self._stored_version(a.name, v)
+            accesses.append(Access(uri=a.name, role="input", digest=_stored(v.digest),
+                                   size=v.size, mtime_ns=v.state.mtime_ns if v.state else None,
+                                   path_read=a.read_via[0] if a.read_via else None,
+                                   note=v.why if v.digest is None else None))
         for a in io.outputs:
-            h = hashes.get(a.path)
+            v = captured.outputs.get(a.path) or _GONE
             lifecycle = "OVERWRITE" if a.existed else "CREATE"
-            outputs.append(self._dataset(a.name, h.digest if h else None,
-                                         h.size if h else None, lifecycle))
-            accesses.append(Access(uri=a.name, role="output",
-                                   digest=_stored(h.digest) if h else None,
-                                   size=h.size if h else None,
-                                   mtime_ns=h.state.mtime_ns if h else None))
+            outputs.append(self._dataset(a.name, v.digest, v.size, lifecycle, unknown=v.why))
+            accesses.append(Access(uri=a.name, role="output", digest=_stored(v.digest),
+                                   size=v.size, mtime_ns=v.state.mtime_ns if v.state else None,
+                                   note=v.why))
         for a in io.deleted:
             outputs.append(self._dataset(a.name, None, None, "DROP"))
             accesses.append(Access(uri=a.name, role="deleted", digest=None))
         for a in io.transient:
             accesses.append(Access(uri=a.name, role="transient", digest=None))
-        code = [CodeFile(a.name, hashes[a.path].digest) for a in io.code if a.path in hashes]
+        code = [CodeFile(a.name, v.digest) for a in io.code
+                if (v := captured.code.get(a.path)) is not None and v.digest is not None]
         recorded = self.store.finish_task_run(
             meta.run_id, outcome.status, outcome.ended_at, exit_code=outcome.exit_code,
             error_message=outcome.error, dropped_events=outcome.dropped, code=code,
@@ -277,7 +301,10 @@ class Recorder:
         if start_event is not None:
             self.emit(start_event)
         if self.spool is not None:
+            # The inferred edges first: the copy has a producer before the task reads it.
+            for event in self._content_matches(meta, recorded):
+                self.emit(event)
             make = {"COMPLETE": emission.complete_event, "FAIL": emission.fail_event,
                     "ABORT": emission.abort_event}[outcome.status]
             self.emit(make(lineage_of(meta, outcome, inputs, outputs)))
-        return RecordedTask(meta, outcome, io, hashes, inputs, outputs)
+        return RecordedTask(meta, outcome, captured, inputs, outputs)

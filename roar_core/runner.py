@@ -43,6 +43,12 @@ def run(cfg: Config, argv: list[str], job_name: str | None = None,
     except OSError as e:  # e.g. command not found: answer like a shell (127/126)
         rc = 127 if isinstance(e, FileNotFoundError) else 126
         print(f"roar-core: {argv[0]}: {e.strerror}", file=sys.stderr)
+    if usable and not tail:  # `tail`: recorded right away, in this process
+        try:
+            handoff.capture(cfg, session)
+        except Exception as e:  # the recorder takes the versions later, as best it can
+            print(f"roar-core: warning: file versions not taken at the command's end: "
+                  f"{type(e).__name__}: {e}", file=sys.stderr)
     handoff.end(session, rc)
     return rc, session, collector
 

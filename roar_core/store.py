@@ -207,7 +207,7 @@ def _normalize_url(url: str) -> URL:
 # The revision `roar_core/migrations/` ends at (a test keeps the two equal).  Checked before
 # Alembic is imported: every process that opens the store would otherwise pay ~0.1 s of
 # imports to learn that there is nothing to migrate.
-SCHEMA_HEAD = "0001"
+SCHEMA_HEAD = "0002"
 
 
 def _alembic_config() -> Any:
@@ -419,8 +419,9 @@ class Store:
         """Record what a task touched, in one transaction; returns the rows written.
 
         Every digest becomes an artifact; outputs become file versions produced by this run,
-        inputs versions seen at that path. Inputs whose content was produced elsewhere take the
-        producer's dataset identity, with the path they were read from in `path_read`.
+        inputs versions seen at that path.  Every access keeps its own path as its dataset
+        identity; an input whose content was last produced under another path names that
+        output in `match` (an inferred edge, for the caller to publish as such).
         """
         checked = [checked_access(a) for a in accesses]
         if not checked:
@@ -446,7 +447,7 @@ class Store:
         that wrote that content there if one did."""
         with self._transaction("cannot query file versions", write=False) as conn:
             row = conn.execute(
-                _lineage.latest_version(FileVersionRow.__table__, FileVersionRow.uri == uri)
+                _lineage.latest_version((FileVersionRow.__table__,), FileVersionRow.uri == uri)
             ).one_or_none()
             if row is None:
                 return None
@@ -535,16 +536,19 @@ class Store:
         key: str,
         direction: Literal["upstream", "downstream"] = "upstream",
         depth: int | None = None,
+        min_size: int | None = None,
     ) -> LineageGraph:
         """Ancestry or descendants of an absolute path / URI (its latest version) or a digest,
-        linked by content: `depth` counts task runs away from the key (None: no limit)."""
+        linked by content: `depth` counts task runs away from the key (None: no limit).
+        `min_size`: equal content under another path of at least this size is an inferred
+        edge (None: never)."""
         if direction not in ("upstream", "downstream"):
             raise ValueError(f"unknown direction {direction!r} (upstream or downstream)")
         if depth is not None and depth < 0:
             raise ValueError(f"depth must be >= 0, not {depth}")
         walk = _lineage.upstream if direction == "upstream" else _lineage.downstream
         with self._transaction("cannot query lineage", write=False) as conn:
-            return walk(conn, key, depth)
+            return walk(conn, key, depth, min_size)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -699,7 +703,7 @@ assert _NEW_ARTIFACT.columns == ("digest", "size", "first_seen")
 assert _PRODUCED_VERSION.columns == (
     "uri", "digest", "size", "mtime_ns", "producer_run_id", "recorded_at", "last_seen_at")
 assert _ACCESS.columns == ("task_run_id", "uri", "digest", "role", "size", "mtime_ns",
-                           "path_read", "dataset_namespace", "dataset_name")
+                           "path_read", "dataset_namespace", "dataset_name", "version_note")
 _STARTED_AT = select(_TASK_RUNS.c.started_at).where(_TASK_RUNS.c.run_id == bindparam("run_id"))
 
 
@@ -748,7 +752,10 @@ def _record_accesses(
     )
     records = []
     for a in checked:
-        identity, path_read = a.uri, a.path_read
+        # Always the path the task used: equal content elsewhere is an edge (`match`), never
+        # this dataset's name.
+        ns, name = dataset_identity(a.uri)
+        match = None
         if a.role == "input" and a.digest:
             prod = _lineage.pick_producer(
                 candidates.get(a.digest, ()),
@@ -757,13 +764,12 @@ def _record_accesses(
                 consumer_started_at=started_at,
             )
             if prod is not None and prod.uri != a.uri:
-                identity, path_read = prod.uri, a.path_read or a.uri
-        ns, name = dataset_identity(identity)
-        records.append(
-            AccessRecord(a.uri, a.role, a.digest, a.size, a.mtime_ns, path_read, ns, name)
-        )
+                match = ProducedFile(prod.uri, a.digest, prod.run.run_id, prod.run.job_name,
+                                     *dataset_identity(prod.uri))
+        records.append(AccessRecord(a.uri, a.role, a.digest, a.size, a.mtime_ns, a.path_read,
+                                    ns, name, a.note, match))
     _ACCESS.run(conn, [(task_run_id, r.uri, r.digest, r.role, r.size, r.mtime_ns, r.path_read,
-                         r.dataset_namespace, r.dataset_name) for r in records])
+                         r.dataset_namespace, r.dataset_name, r.note) for r in records])
     return records
 
 
@@ -803,7 +809,7 @@ def _unique_sorted(accesses: Iterable[Access]) -> list[Access]:
 def _access_record(r: Row[Any]) -> AccessRecord:
     return AccessRecord(
         r.uri, r.role, r.digest, r.size, r.mtime_ns, r.path_read, r.dataset_namespace,
-        r.dataset_name,
+        r.dataset_name, r.version_note,
     )
 
 

@@ -79,6 +79,7 @@ class Access:
     size: int | None = None
     mtime_ns: int | None = None
     path_read: str | None = None
+    note: str | None = None  # digest None: why the version is unknown
 
 
 # ---------------------------------------------------------------------------------------------
@@ -135,6 +136,10 @@ class AccessRecord:
     path_read: str | None
     dataset_namespace: str
     dataset_name: str
+    note: str | None = None  # digest None: why the version is unknown
+    match: ProducedFile | None = None
+    """Recording an input only: the output of another path this content was last produced
+    as (an inferred edge, `roar.content_match`); never stored, the lineage finds it again."""
 
 
 @dataclass(frozen=True)
@@ -212,7 +217,7 @@ def checked_access(a: Access) -> Access:
     digest = canonical_digest(a.digest)
     if digest is a.digest:
         return a  # one per file of a task: no copy when nothing changes
-    return Access(a.uri, a.role, digest, a.size, a.mtime_ns, a.path_read)
+    return Access(a.uri, a.role, digest, a.size, a.mtime_ns, a.path_read, a.note)
 
 
 def code_json(code: Iterable[CodeFile]) -> list[dict[str, str]]:

@@ -182,3 +182,5 @@ class AccessRow(Base):
     path_read: Mapped[str | None] = mapped_column(Text)
     dataset_namespace: Mapped[str] = mapped_column(Text)
     dataset_name: Mapped[str] = mapped_column(Text)
+    # Why `digest` is None: the version the task opened or left could not be hashed then.
+    version_note: Mapped[str | None] = mapped_column(Text)

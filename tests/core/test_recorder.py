@@ -83,20 +83,24 @@ def test_read_modify_write_input_is_the_previous_version(project):
     assert out["facets"]["lifecycleStateChange"]["lifecycleStateChange"] == "OVERWRITE"
 
 
-def test_copy_outside_roar_joins_by_content_hash(project):
+def test_copy_outside_roar_is_an_inferred_edge_not_a_rename(project):
     root, roar = project
-    run_command(roar, ["bash", "-c", "echo payload > a.txt"], "make")
+    run_command(roar, ["bash", "-c", "seq 1000 1030 > a.txt"], "make")  # > 64 bytes
     subprocess.run(["cp", "a.txt", "b.txt"], check=True)  # untraced: roar never saw it
     r = run_command(roar, ["bash", "-c", "wc -c < b.txt > n.txt"], "count")
     roar.spool.flush(10)
     done = complete_of(events(roar.config.home), r.recorded.meta.run_id)
     (inp,) = done["inputs"]
-    # Published under the producer's identity, with the path actually read as a symlink.
-    assert inp["name"] == str(root / "a.txt")
-    ids = inp["facets"]["symlinks"]["identifiers"]
-    assert [(i["namespace"], i["name"]) for i in ids] == [("file", str(root / "b.txt"))]
-    graph = roar.store.lineage(str(root / "n.txt")).to_dict()
-    assert {n["job_name"] for n in graph["runs"]} == {"count", "make"}
+    # Published under the path read; the producer is reached through an inferred edge.
+    assert inp["name"] == str(root / "b.txt") and "symlinks" not in inp["facets"]
+    graph = roar.store.lineage(str(root / "n.txt"), min_size=roar.config.match_min_size)
+    assert {n["job_name"] for n in graph.to_dict()["runs"]} == {"count", "make"}
+    inferred = [e for e in graph.edges if e.kind == "inferred"]
+    assert [(graph.artifacts[e.source].uri, graph.artifacts[e.target].uri)
+            for e in inferred] == [(str(root / "a.txt"), str(root / "b.txt"))]
+    # Without content matching, the copy has no producer.
+    graph = roar.store.lineage(str(root / "n.txt"), min_size=None)
+    assert {n["job_name"] for n in graph.to_dict()["runs"]} == {"count"}
 
 
 def test_failing_command_emits_fail_with_partial_lineage(project):

@@ -421,22 +421,35 @@ def test_read_modify_write_keeps_the_version_read(store: Store, tmp_path: Path) 
     }
 
 
-def test_input_copied_outside_roar_takes_the_producers_identity(
+def test_input_copied_outside_roar_keeps_its_name_and_matches_as_an_inferred_edge(
     store: Store, tmp_path: Path
 ) -> None:
     runs = pipeline(store, tmp_path)
-    manual = str(tmp_path / "manual-copy.txt")  # `cp c.txt manual-copy.txt` by hand
+    c, manual = str(tmp_path / "c.txt"), str(tmp_path / "manual-copy.txt")  # `cp` by hand
     reader = task(store, "reader", 100)
-    store.record_accesses(reader, [Access(manual, "input", D2)])
+    (rec,) = store.record_accesses(reader, [Access(manual, "input", D2, size=5)])
+    # The match is returned for the recorder to publish, never stored as the identity.
+    assert (rec.match.uri, rec.match.run_id) == (c, runs["transform"])
     (acc,) = store.accesses_of(reader)
-    assert (acc.uri, acc.digest, acc.path_read) == (manual, D2, manual)
-    assert (acc.dataset_namespace, acc.dataset_name) == ("file", str(tmp_path / "c.txt"))
-    up = store.lineage(manual)
-    assert f"run:{runs['gen']}" in up.runs and f"run:{reader}" not in up.runs
-    # The copy is an alias of c.txt's dataset, so c.txt's readers are downstream of it too.
-    down = store.lineage(manual, "downstream")
-    assert down.root == f"artifact:{D2}:{tmp_path / 'c.txt'}"
+    assert (acc.uri, acc.digest, acc.path_read) == (manual, D2, None)
+    assert (acc.dataset_namespace, acc.dataset_name) == ("file", manual)
+    up = store.lineage(manual, min_size=1)
+    assert up.root == f"artifact:{D2}:{manual}"
+    assert f"run:{runs['transform']}" in up.runs and f"run:{reader}" not in up.runs
+    assert (f"artifact:{D2}:{c}", f"artifact:{D2}:{manual}", "inferred") in {
+        (e.source, e.target, e.kind) for e in up.edges}
+    # Downstream of the copy: its own readers, not c.txt's (`report`).
+    down = store.lineage(manual, "downstream", min_size=1)
+    assert down.root == f"artifact:{D2}:{manual}"
+    assert {r.job_name for r in down.runs.values()} == {"reader"}
+    # Downstream of c.txt: its reader, and the copy's reader through the inferred edge.
+    down = store.lineage(c, "downstream", min_size=1)
     assert {r.job_name for r in down.runs.values()} == {"report", "reader"}
+    # Too small to infer from (5 bytes here), or matching off: the copy has no producer.
+    for min_size in (6, None):
+        assert store.lineage(manual, min_size=min_size).runs == {}
+        assert {r.job_name for r in store.lineage(c, "downstream", min_size=min_size)
+                .runs.values()} == {"report"}
 
 
 def test_unwritable_home_is_a_one_line_store_error(tmp_path: Path) -> None:

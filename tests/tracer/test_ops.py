@@ -110,7 +110,11 @@ def test_open_variants_relative_paths(ops, work, session, call):
     assert p.returncode == 0 and "ERR" not in p.stdout, p.stdout
     r = one(records(session, work, "open"), "open", sub / "f.txt" if at else work / "in.txt")
     assert r.ok and r.result >= 3 and r.flags & O_ACC == os.O_RDONLY
-    assert not r.has(tracelog.RF_STAT)
+    # The state of the version opened, which is what its digest must be of.
+    st = os.stat(sub / "f.txt" if at else work / "in.txt")
+    assert r.has(tracelog.RF_STAT)
+    assert (r.st_dev, r.st_ino, r.st_size, r.st_mtime_ns, r.st_ctime_ns) == (
+        st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def test_open_failure_keeps_errno(ops, work, session):

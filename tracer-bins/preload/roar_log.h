@@ -125,7 +125,7 @@ struct roar_record {
 #define ROAR_OP_MAX 19u
 
 /* Record flags. */
-#define ROAR_RF_STAT 0x1u          /* st_* fields are valid */
+#define ROAR_RF_STAT 0x1u          /* st_* fields are valid (a read-only open of a regular file: its state as opened) */
 #define ROAR_RF_EXISTED 0x2u       /* open for writing: the path existed before (stat = its state then) */
 #define ROAR_RF_MODIFIED 0x4u      /* close: created, truncated, or size/mtime/ctime differ from open */
 #define ROAR_RF_UNTRACEABLE 0x8u   /* exec/spawn of a static or setuid binary */

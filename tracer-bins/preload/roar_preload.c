@@ -696,6 +696,11 @@ static void open_after(int dirfd, const char *path, int flags, mode_t mode, int 
         } else {
             track = TRACK_MODIFIED;
         }
+    } else if (fd >= 0 && !(flags & O_DIRECTORY) && fstat(fd, &st) == 0 &&
+               S_ISREG(st.st_mode)) {
+        /* Read: the version the task opened.  The recorder takes the digest of this
+         * state, never of whatever the file holds by the time it is hashed. */
+        e.st = &st;
     }
     e.rflags = rflags;
     emit(&e);

@@ -1,0 +1,183 @@
+"""Capture: a task's file versions as they were when they mattered.
+
+Runs where a task ends, before control goes back to the engine or the shell (the CLI runner
+once its command has exited, the process an engine waits on for the task's end): the
+classification looks at the file system once, and the digests are taken now.  An output's
+version is the content the task left; an input's is the content of the version the task
+opened, identified by the state the tracer took at open.  Whatever a later command does to
+the file cannot change either, however late the rest of the recording (store, events) runs,
+in this process or another: a `Capture` travels as JSON (`to_json` / `from_json`).
+
+An input whose state now differs from its state at open (the task rewrote it, another
+process changed it, it is gone) gets the digest recorded for its state at open in the stat
+cache (put there by its producer's capture, or an earlier read), or none: an *unknown*
+version, with the reason.  It never gets the digest of another version.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from roar_core import declared as declared_mod
+from roar_core.classification import FileAccess, PathFilter, TaskIO, classify
+from roar_core.hashing import Hasher, HashResult
+from roar_core.statcache import FileState
+from roar_core.tracelog import Record
+
+CHANGED_BY_TASK = "the task changed it before the version it read could be hashed"
+CHANGED_AFTER_OPEN = "it changed after the task opened it"
+GONE = "it was gone before it could be hashed"
+UNSTABLE = "it kept changing while it was hashed"
+
+
+class Version(NamedTuple):
+    """One file's version as a task saw it: a digest, or why there is none."""
+
+    digest: str | None  # 64 hex chars; None: unknown
+    size: int | None
+    state: FileState | None  # the state that digest (or that unknown) is of
+    why: str | None = None  # unknown: the reason
+
+
+@dataclass
+class Capture:
+    io: TaskIO
+    inputs: dict[bytes, Version] = field(default_factory=dict)  # the content opened
+    outputs: dict[bytes, Version] = field(default_factory=dict)  # the content left
+    code: dict[bytes, Version] = field(default_factory=dict)
+
+
+def _known(r: HashResult) -> Version:
+    return Version(r.digest, r.size, r.state)
+
+
+def capture(records: Iterable[Record], keep: PathFilter, hasher: Hasher, *,
+            declared: declared_mod.Declared | None = None, traced: bool = True) -> Capture:
+    """Classify a task's records and take its versions, now.  Call it as the task ends."""
+    return versions(classified(records, keep, declared=declared, traced=traced), hasher)
+
+
+def classified(records: Iterable[Record], keep: PathFilter, *,
+               declared: declared_mod.Declared | None = None, traced: bool = True) -> TaskIO:
+    """The task's files as it leaves them (classification looks at the file system)."""
+    code = [os.fsencode(os.path.realpath(p)) for p in declared.code] if declared else []
+    io = classify(records, keep, code) if traced else TaskIO()
+    if declared is not None:
+        declared_mod.apply(io, declared, keep)
+    return io
+
+
+def versions(io: TaskIO, hasher: Hasher) -> Capture:
+    """The versions of the files in `io`, now (see the module docstring)."""
+    written = {a.path for a in io.outputs}
+    # Inputs the task itself rewrote: the version read is its state at open, never the
+    # content now.  Every other file: hashed now, and checked against the state it had.
+    read = io.inputs + io.code
+    hashed = [a for a in read if a.path not in written] + io.outputs
+    known = {a.path: a.state for a in hashed if a.state is not None}
+    hashes = hasher.hash_files([a.path for a in hashed], known=known, written=written,
+                               settled=written) if hashed else {}
+    out = Capture(io)
+    for a in io.outputs:
+        h = hashes.get(a.path)
+        if h is None:
+            out.outputs[a.path] = Version(None, None, a.state, GONE)
+        elif not h.stable:
+            out.outputs[a.path] = Version(None, h.size, h.state, UNSTABLE)
+        else:
+            out.outputs[a.path] = _known(h)
+    opened = _opened_versions(read, hashes, written, hasher)
+    for a in read:
+        (out.code if a.role == "code" else out.inputs)[a.path] = opened[a.path]
+    return out
+
+
+def _opened_versions(read: list[FileAccess], hashes: dict[bytes, HashResult],
+                     written: set[bytes], hasher: Hasher) -> dict[bytes, Version]:
+    """The version each file read was opened at: hashed now when its state still is the
+    one it was opened with, else recorded for that state, else unknown."""
+    found: dict[bytes, Version] = {}
+    lookup: list[FileAccess] = []
+    for a in read:
+        h = hashes.get(a.path)
+        at_open = a.pre_state
+        if at_open is None:  # no state at open (an older trace): the content now
+            found[a.path] = _known(h) if h and h.stable else Version(
+                None, None, a.state, GONE if h is None else UNSTABLE)
+        elif h is not None and h.stable and h.state == at_open:
+            found[a.path] = _known(h)
+        else:
+            lookup.append(a)
+    if lookup:
+        cache = hasher.cache
+        digests = cache.get_many([a.pre_state for a in lookup]) if cache else [None] * len(
+            lookup)
+        for a, digest in zip(lookup, digests, strict=True):
+            st = a.pre_state
+            if digest is not None:
+                found[a.path] = Version(digest, st.size, st)
+            else:
+                why = (CHANGED_BY_TASK if a.path in written
+                       else GONE if a.state is None else CHANGED_AFTER_OPEN)
+                found[a.path] = Version(None, st.size, st, why)
+    return found
+
+
+# ---- as JSON, for a recorder in another process ---------------------------------------------
+# Paths are bytes: carried as str with surrogate escapes (json escapes those losslessly).
+
+
+def _path(p: bytes) -> str:
+    return os.fsdecode(p)
+
+
+def _state(s: FileState | None) -> list[int] | None:
+    return None if s is None else list(s)
+
+
+def _unstate(s: list[int] | None) -> FileState | None:
+    return None if s is None else FileState(*s)
+
+
+def _version(v: Version) -> list[Any]:
+    return [v.digest, v.size, _state(v.state), v.why]
+
+
+def _unversion(v: list[Any]) -> Version:
+    return Version(v[0], v[1], _unstate(v[2]), v[3])
+
+
+def _access(a: FileAccess) -> list[Any]:
+    return [_path(a.path), a.name, a.role, a.read_via, _state(a.pre_state), a.first_ns,
+            a.existed, _state(a.state)]
+
+
+def _unaccess(x: list[Any]) -> FileAccess:
+    return FileAccess(os.fsencode(x[0]), x[1], x[2], x[3], _unstate(x[4]), x[5], x[6],
+                      _unstate(x[7]))
+
+
+_LISTS = ("inputs", "outputs", "transient", "deleted", "code")
+
+
+def to_json(c: Capture) -> str:
+    io = c.io
+    data: dict[str, Any] = {k: [_access(a) for a in getattr(io, k)] for k in _LISTS}
+    data["commands"], data["untraceable"] = io.commands, io.untraceable
+    for k in ("inputs", "outputs", "code"):
+        data["v_" + k] = [[_path(p), *_version(v)] for p, v in getattr(c, k).items()]
+    return json.dumps(data)
+
+
+def from_json(text: str) -> Capture:
+    data = json.loads(text)
+    io = TaskIO(**{k: [_unaccess(a) for a in data[k]] for k in _LISTS},
+                commands=data["commands"], untraceable=data["untraceable"])
+    c = Capture(io)
+    for k in ("inputs", "outputs", "code"):
+        getattr(c, k).update((os.fsencode(x[0]), _unversion(x[1:])) for x in data["v_" + k])
+    return c
