@@ -95,7 +95,7 @@ class Roar:
         self.cache = StatCache(c.statcache_path)
         self.hasher = Hasher(self.cache, workers=c.hash_workers or None, use_mmap=use_mmap,
                              native=c.native_hash)
-        keep = PathFilter.build([c.home, *internal], c.include, c.exclude)
+        keep = PathFilter.for_config(c, internal)
         self.recorder = Recorder(self.store, self.spool, self.hasher, keep, c.file_host, progress,
                                  match_min_size=c.match_min_size)
         self.host = socket.gethostname()
@@ -106,17 +106,24 @@ class Roar:
         # Begun tasks whose start is not recorded yet -> when it must be.  Only the recorder
         # thread records them, so a task's START always precedes its end.
         self._held: dict[str, tuple[TaskMeta, float]] = {}
+        self._engines: dict[str, emission.Engine] = {}  # workflow run -> its engine
 
     # ---- workflow runs ---------------------------------------------------------------
 
     def start_workflow(self, job_name: str, engine: str, run_id: str | None = None,
-                       facets: dict | None = None) -> emission.RunRef:
+                       facets: dict | None = None,
+                       engine_version: emission.Engine | None = None) -> emission.RunRef:
+        """`engine_version`: the engine that runs the workflow, its `processing_engine`
+        facet on the workflow run's events."""
         ref = emission.RunRef(self.config.namespace, job_name, run_id or emission.new_run_id())
         started = now()
         self.store.start_workflow_run(WorkflowRun(ref.run_id, engine, ref.namespace, job_name,
                                                   started, facets or {}))
+        if engine_version is not None:
+            self._engines[ref.run_id] = engine_version
         self.recorder.emit(emission.workflow_start(emission.WorkflowLineage(
-            namespace=ref.namespace, job_name=job_name, run_id=ref.run_id, event_time=started)))
+            namespace=ref.namespace, job_name=job_name, run_id=ref.run_id, event_time=started,
+            engine=engine_version)))
         return ref
 
     def finish_workflow(self, ref: emission.RunRef, status: str = "COMPLETE",
@@ -125,7 +132,8 @@ class Roar:
         ended = now()
         self.store.finish_workflow_run(ref.run_id, status, ended)
         w = emission.WorkflowLineage(namespace=ref.namespace, job_name=ref.job_name,
-                                     run_id=ref.run_id, event_time=ended, error_message=error)
+                                     run_id=ref.run_id, event_time=ended, error_message=error,
+                                     engine=self._engines.pop(ref.run_id, None))
         make = {"COMPLETE": emission.workflow_complete, "FAIL": emission.workflow_fail,
                 "ABORT": emission.workflow_abort}[status]
         self.recorder.emit(make(w))
@@ -139,13 +147,15 @@ class Roar:
                    untraced_reason: str | None = None, run_id: str | None = None,
                    run_facets: dict | None = None,
                    declared: Declared | None = None,
-                   engine_version: emission.Engine | None = None) -> TaskMeta:
+                   engine_version: emission.Engine | None = None,
+                   started_at: datetime | None = None) -> TaskMeta:
         """`declared`: the files the engine declared for the task; the recorder compares
         them with the trace (the `roar_io` facet) and adds declared code and engine-made
-        outputs."""
+        outputs.  `started_at`: when the engine started it (default: now)."""
         meta = TaskMeta(
             run_id=run_id or emission.new_run_id(), engine=engine,
-            namespace=self.config.namespace, job_name=job_name, started_at=now(),
+            namespace=self.config.namespace, job_name=job_name,
+            started_at=started_at or now(),
             engine_task_id=engine_task_id, attempt=attempt, workflow=workflow,
             parent_run_id=parent_run_id, command=command, host=self.host,
             pid=pid or os.getpid(), node_id=node_id, traced=traced,
@@ -164,10 +174,11 @@ class Roar:
 
     def end_task(self, meta: TaskMeta, status: str = "COMPLETE", *, exit_code: int | None = None,
                  error: str | None = None, source: RecordsSource | None = None,
-                 wait: bool = False) -> _Job:
+                 wait: bool = False, ended_at: datetime | None = None) -> _Job:
         """Hand a finished task to the background recorder.  `source` gives its records
-        (by tag); without one the task is recorded with no file I/O."""
-        job = _Job(meta, TaskOutcome(status, now(), exit_code, error), source,
+        (by tag); without one the task is recorded with no file I/O.  `ended_at`: when
+        the engine saw it end (default: now)."""
+        job = _Job(meta, TaskOutcome(status, ended_at or now(), exit_code, error), source,
                    threading.Event())
         self._ensure_thread()
         self._queue.put(job)

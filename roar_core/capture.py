@@ -20,6 +20,7 @@ import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from roar_core import declared as declared_mod
@@ -164,20 +165,81 @@ def _unaccess(x: list[Any]) -> FileAccess:
 _LISTS = ("inputs", "outputs", "transient", "deleted", "code")
 
 
-def to_json(c: Capture) -> str:
+def to_dict(c: Capture) -> dict[str, Any]:
+    """JSON-ready (a journal line, a file)."""
     io = c.io
     data: dict[str, Any] = {k: [_access(a) for a in getattr(io, k)] for k in _LISTS}
     data["commands"], data["untraceable"] = io.commands, io.untraceable
     for k in ("inputs", "outputs", "code"):
         data["v_" + k] = [[_path(p), *_version(v)] for p, v in getattr(c, k).items()]
-    return json.dumps(data)
+    return data
 
 
-def from_json(text: str) -> Capture:
-    data = json.loads(text)
+def from_dict(data: dict[str, Any]) -> Capture:
     io = TaskIO(**{k: [_unaccess(a) for a in data[k]] for k in _LISTS},
                 commands=data["commands"], untraceable=data["untraceable"])
     c = Capture(io)
     for k in ("inputs", "outputs", "code"):
         getattr(c, k).update((os.fsencode(x[0]), _unversion(x[1:])) for x in data["v_" + k])
     return c
+
+
+def to_json(c: Capture) -> str:
+    return json.dumps(to_dict(c))
+
+
+def from_json(text: str) -> Capture:
+    return from_dict(json.loads(text))
+
+
+def hasher_for(cfg) -> Hasher:
+    """A hasher with the stat cache of a `roar_core.config.Config` (closing it closes both)."""
+    from roar_core.hashing import StatCache
+
+    hasher = Hasher(StatCache(cfg.statcache_path), workers=cfg.hash_workers or None,
+                    native=cfg.native_hash)
+    hasher.owns_cache = True
+    return hasher
+
+
+# ---- in a long-lived traced worker ----------------------------------------------------------
+
+
+class WorkerCapture:
+    """Each task's versions at its end, taken in the traced worker that ran it (Ray's), from
+    the logs of this process and its children: the worker calls `take(tag)` as a task ends,
+    before it hands the result back to the engine, and sends the capture along with the
+    task's end (the node's recorder records it later).
+
+    The work runs on a thread the tracer ignores (reading the logs, the stat cache and the
+    files hashed are not the I/O of the actor or task running in this process)."""
+
+    @classmethod
+    def for_config(cls, cfg, session: str | os.PathLike,
+                   internal: Iterable[str] = ()) -> WorkerCapture:
+        return cls(session, PathFilter.for_config(cfg, internal), hasher_for(cfg))
+
+    def __init__(self, session: str | os.PathLike, keep: PathFilter, hasher: Hasher):
+        import time
+        from concurrent.futures import ThreadPoolExecutor
+
+        from roar_core import tracer
+        from roar_core.session import SessionCollector
+
+        self.keep, self.hasher = keep, hasher
+        self._collector = SessionCollector(Path(session), root_pid=os.getpid(),
+                                           since_mono_ns=time.monotonic_ns())
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="roar-capture",
+                                        initializer=tracer.ignore_this_thread)
+
+    def take(self, tag: str) -> dict[str, Any]:
+        """The capture of the task tagged `tag`, JSON-ready."""
+        return self._pool.submit(self._take, tag).result()
+
+    def _take(self, tag: str) -> dict[str, Any]:
+        from roar_core.attribution import UNATTRIBUTED
+
+        self._collector.collect(live=True)
+        records = self._collector.take(tag).records
+        self._collector.take(UNATTRIBUTED)  # no task's: not kept for the worker's lifetime
+        return to_dict(capture(records, self.keep, self.hasher))

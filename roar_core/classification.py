@@ -48,6 +48,19 @@ CODE_SUFFIXES = (b".py", b".sh", b".bash", b".r", b".R", b".pl", b".rb", b".jl",
                  b".smk", b".ipynb", b".Rmd")
 
 
+# Under the home directory, environment rather than data (a shell reads these when it
+# starts: bash when its stdin is a socket, as Airflow 3 starts tasks): every dotfile directly
+# in it (~/.bashrc, ~/.profile, ~/.bash_profile, ~/.zshrc, ~/.inputrc...) and these
+# directories of tool set-ups (~/.cargo/env...) and user settings.
+HOME_ENV_DIRS = (b".cargo/", b".rustup/", b".nvm/", b".sdkman/", b".config/", b".local/bin/",
+                 b".bashrc.d/", b".profile.d/")
+
+
+def _home_env() -> tuple[bytes, tuple[bytes, ...]]:
+    home = os.fsencode(os.path.join(os.path.realpath(os.path.expanduser("~")), ""))
+    return home, tuple(home + d for d in HOME_ENV_DIRS)
+
+
 # Directories a PathFilter remembers its answer for (a long-lived worker meets many).
 _DIRS_MAX = 4096
 
@@ -80,6 +93,7 @@ class PathFilter:
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     prefixes: tuple[bytes, ...] = field(default_factory=_interpreter_prefixes)
+    home_env: tuple[bytes, tuple[bytes, ...]] = field(default_factory=_home_env)
     # Directory ("/a/b/") -> whether its files can be lineage, as far as the prefixes and
     # cache parts say: a task's thousands of files sit in a few directories.
     _dirs: dict[bytes, bool] = field(default_factory=dict, init=False, repr=False,
@@ -97,21 +111,31 @@ class PathFilter:
         dirs = tuple(os.path.join(os.fsencode(os.path.realpath(d)), b"") for d in internal)
         return cls(dirs, tuple(include), tuple(exclude))
 
+    @classmethod
+    def for_config(cls, cfg, internal: Iterable[str | bytes | os.PathLike] = ()) -> PathFilter:
+        """The filter of a `roar_core.config.Config`: its home is internal, and so are the
+        engine's directories in `internal`."""
+        return cls.build([cfg.home, *internal], cfg.include, cfg.exclude)
+
     def keep(self, path: bytes) -> bool:
         if not path.startswith(b"/") or path.endswith(CACHE_SUFFIXES):
             return False
         # Every prefix and cache part ends with "/", so none can match past the last one:
         # the directory decides them for all its files.
-        head = path[: path.rfind(b"/") + 1]
+        cut = path.rfind(b"/") + 1
+        head = path[:cut]
         ok = self._dirs.get(head)
         if ok is None:
             if len(self._dirs) >= _DIRS_MAX:
                 self._dirs.clear()
             ok = self._dirs[head] = not (
                 head.startswith(SYSTEM_PREFIXES) or head.startswith(self.prefixes)
-                or head.startswith(self.internal) or _CACHE_PART.search(head))
+                or head.startswith(self.internal) or _CACHE_PART.search(head)
+                or head.startswith(self.home_env[1]))
         if not ok:
             return False
+        if head == self.home_env[0] and path.startswith(b".", cut):
+            return False  # a dotfile of the home directory: environment
         if self.include or self.exclude:
             text = os.fsdecode(path)
             if self.include and not any(fnmatch.fnmatch(text, g) for g in self.include):

@@ -283,7 +283,7 @@ def summary_lines(result: RunResult, job: str, cwd: Path | None = None) -> list[
 
 def run_and_record(cfg: config_mod.Config, argv: list[str], job_name: str | None) -> int:
     """`run --wait`: run, record here, summarise on stderr; returns the command's status."""
-    from roar_core.runner import run_command
+    from roar_core.runner import default_job_name, run_command
 
     # A one-shot process: cyclic GC would only walk the recorded task's objects (thousands
     # per thousand files) again and again before exit frees them all anyway.
@@ -295,7 +295,7 @@ def run_and_record(cfg: config_mod.Config, argv: list[str], job_name: str | None
     try:
         result = run_command(roar, argv, job_name)
         progress.close()
-        for line in summary_lines(result, job_name or Path(argv[0]).name):
+        for line in summary_lines(result, job_name or default_job_name(argv)):
             err.print(line)
     finally:
         progress.close()

@@ -106,12 +106,9 @@ def capture(cfg: Config, session: Path) -> None:
     from roar_core.classification import PathFilter
 
     records, _ = _records(session)
-    io = capture_mod.classified(records, PathFilter.build([cfg.home], cfg.include, cfg.exclude))
+    io = capture_mod.classified(records, PathFilter.for_config(cfg))
     if io.inputs or io.outputs or io.code:
-        from roar_core.hashing import Hasher, StatCache
-
-        with StatCache(cfg.statcache_path) as cache, Hasher(
-                cache, workers=cfg.hash_workers or None, native=cfg.native_hash) as hasher:
+        with capture_mod.hasher_for(cfg) as hasher:
             taken = capture_mod.versions(io, hasher)
     else:
         taken = capture_mod.Capture(io)

@@ -164,6 +164,7 @@ class Hasher:
         self.native = native
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
+        self.owns_cache = False  # close() closes the cache too
         reset_after_fork(self)
 
     def _after_fork_in_child(self) -> None:
@@ -376,6 +377,8 @@ class Hasher:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True)
+        if self.owns_cache and self.cache is not None:
+            self.cache.close()
 
     def __enter__(self) -> Hasher:
         return self

@@ -139,10 +139,16 @@ class Journal:
         self._write({"b": fields, "lifetime": lifetime})
 
     def ended(self, run_id: str, status: str, *, error: str | None = None,
-              exit_code: int | None = None, ended_at: datetime | None = None) -> None:
+              exit_code: int | None = None, ended_at: datetime | None = None,
+              captured: dict[str, Any] | None = None) -> None:
+        """`captured`: the task's versions as it ended (`capture.to_dict`), taken by the
+        writer; without them the recorder takes them when it records the task."""
         ended_at = ended_at or datetime.now(timezone.utc)
-        self._write({"e": run_id, "s": status, "t": ended_at.isoformat(), "x": exit_code,
-                     "m": error})
+        entry = {"e": run_id, "s": status, "t": ended_at.isoformat(), "x": exit_code,
+                 "m": error}
+        if captured is not None:
+            entry["c"] = captured
+        self._write(entry)
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -159,6 +165,7 @@ class Entry:
     outcome: TaskOutcome | None = None  # None: not ended (yet)
     started: bool = False  # START recorded
     recorded: bool = False
+    captured: dict[str, Any] | None = None  # its versions, taken as it ended
 
 
 @dataclass
@@ -216,8 +223,10 @@ class JournalFile:
                 elif "e" in d and d["e"] in self.entries:
                     from roar_core.recorder import TaskOutcome
 
-                    self.entries[d["e"]].outcome = TaskOutcome(
+                    entry = self.entries[d["e"]]
+                    entry.outcome = TaskOutcome(
                         d["s"], datetime.fromisoformat(d["t"]), d.get("x"), d.get("m"))
+                    entry.captured = d.get("c")
                 elif "started" in d and d["started"] in self.entries:
                     self.entries[d["started"]].started = True
                 elif "r" in d and d["r"] in self.entries:
@@ -364,7 +373,13 @@ class Follower:
         try:
             if not entry.started:
                 self._start(f, entry)
-            result = self.roar.recorder.record(entry.meta, outcome, t.records)
+            captured = None
+            if entry.captured is not None:
+                from roar_core.capture import from_dict
+
+                captured = from_dict(entry.captured)
+            result = self.roar.recorder.record(entry.meta, outcome, t.records,
+                                               captured=captured)
         except Exception as e:  # lineage of one task lost, never the follower
             log.error("roar: lineage of task %s (%s) lost: %s", entry.meta.job_name,
                       entry.meta.run_id, e)

@@ -35,6 +35,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -194,10 +195,12 @@ class RemoteRoar:
     # ---- the API -------------------------------------------------------------------------
 
     def start_workflow(self, job_name: str, engine: str, run_id: str | None = None,
-                       facets: dict | None = None) -> str:
+                       facets: dict | None = None,
+                       engine_version: tuple[str, str] | None = None) -> str:
+        """`engine_version`: (name, version) of the engine, for `processing_engine`."""
         run_id = run_id or new_run_id()
         self._send("start_workflow", job_name=job_name, engine=engine, run_id=run_id,
-                   facets=facets)
+                   facets=facets, engine_version=engine_version)
         return run_id
 
     def finish_workflow(self, run_id: str, status: str = "COMPLETE",
@@ -214,6 +217,8 @@ class RemoteRoar:
         (roar_core.facets.RUN_FACETS); `workflow`: the run id from start_workflow; the
         rest as `Roar.begin_task`."""
         run_id = kwargs.pop("run_id", None) or new_run_id()
+        # Taken here, when the engine begins the task: the child may still be starting.
+        kwargs.setdefault("started_at", datetime.now(timezone.utc))
         session = None
         if traced:
             session = self.sessions / run_id
@@ -226,12 +231,14 @@ class RemoteRoar:
     def end_task(self, run_id: str, status: str = "COMPLETE", *,
                  session: Path | None = None, exit_code: int | None = None,
                  error: str | None = None, records_filter: RecordsFilter | None = None,
-                 wait: bool = False) -> TaskResult | None:
+                 wait: bool = False, pid: int | None = None) -> TaskResult | None:
         """Record the task from its session directory (then removed).  With wait, return
-        once it is recorded: its files have been classified and hashed."""
+        once it is recorded: its files have been classified and hashed.  `pid`: the
+        task's own process, when known only now."""
         return self._send("end_task", _wait=wait, run_id=run_id, status=status,
                           session=session, exit_code=exit_code, error=error,
-                          records_filter=records_filter)
+                          records_filter=records_filter, pid=pid,
+                          ended_at=datetime.now(timezone.utc))
 
     def close(self, timeout: float | None = None) -> list[TaskResult]:
         """Wait for every task to be recorded and the child to exit; the results of all
@@ -284,9 +291,12 @@ class _Server:
             with self.out_lock:
                 _write_frame(self.out, (req, value))
 
-    def start_workflow(self, job_name, engine, run_id, facets):
-        self.workflows[run_id] = self.roar.start_workflow(job_name, engine, run_id=run_id,
-                                                          facets=facets)
+    def start_workflow(self, job_name, engine, run_id, facets, engine_version=None):
+        from roar_core import emission
+
+        self.workflows[run_id] = self.roar.start_workflow(
+            job_name, engine, run_id=run_id, facets=facets,
+            engine_version=emission.Engine(*engine_version) if engine_version else None)
 
     def finish_workflow(self, run_id, status, error):
         self.roar.finish_workflow(self.workflows.pop(run_id), status, error=error)
@@ -305,10 +315,13 @@ class _Server:
             **kwargs)
         self.sessions[run_id] = session
 
-    def end_task(self, req, run_id, status, session, exit_code, error, records_filter):
+    def end_task(self, req, run_id, status, session, exit_code, error, records_filter,
+                 pid=None, ended_at=None):
         from roar_core.session import SessionCollector, remove_session_dir
 
         meta = self.metas.pop(run_id)
+        if pid is not None:
+            meta.pid = pid
         self.sessions.pop(run_id, None)
         source = None
         if session is not None:
@@ -321,7 +334,8 @@ class _Server:
                     records = records_filter(records)
                 return records, dropped
 
-        job = self.roar.end_task(meta, status, exit_code=exit_code, error=error, source=source)
+        job = self.roar.end_task(meta, status, exit_code=exit_code, error=error, source=source,
+                                 ended_at=ended_at)
         self.jobs.append(job)
         if req:
             def answer() -> None:

@@ -31,12 +31,57 @@ def tracer_usable(cfg: Config) -> tuple[bool, str | None]:
     return True, None
 
 
+SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox"})
+_SHELL_OPERATORS = frozenset(";&|<>()")
+_NAME_WORDS = 3  # of a shell script's first command
+_NAME_MAX = 60
+
+
+def default_job_name(argv: list[str]) -> str:
+    """The job name of a run without `--job`: the program's name; for a shell's `-c SCRIPT`
+    (`sh -c "sort -rn raw.csv > clean.csv"`), the first command of the script, up to three
+    words, its program by its base name (`sort -rn raw.csv`): every such run would
+    otherwise be named `sh`."""
+    prog = os.path.basename(argv[0]) or argv[0]
+    script = _shell_script(prog, argv)
+    if script is None:
+        return prog
+    import shlex
+
+    lexer = shlex.shlex(script, posix=True, punctuation_chars=";&|<>()")
+    lexer.whitespace_split = True
+    words: list[str] = []
+    try:
+        for token in lexer:
+            if token[0] in _SHELL_OPERATORS or len(words) == _NAME_WORDS:
+                break
+            if not words and "=" in token and not token.startswith("="):
+                continue  # VAR=value before the command
+            words.append(os.path.basename(token) if not words else token)
+    except ValueError:  # unbalanced quotes: the shell will say so; name it by its start
+        words = script.split()[:_NAME_WORDS]
+    name = " ".join(words)[:_NAME_MAX].strip()
+    return name or prog
+
+
+def _shell_script(prog: str, argv: list[str]) -> str | None:
+    if prog not in SHELLS:
+        return None
+    for i, arg in enumerate(argv[1:], 1):
+        if not arg.startswith("-") or arg == "--":
+            return None  # a script file, not -c
+        if "c" in arg[1:] and not arg.startswith("--"):
+            return argv[i + 1] if i + 1 < len(argv) else None
+    return None
+
+
 def run(cfg: Config, argv: list[str], job_name: str | None = None,
         tail: bool = False) -> tuple[int, Path, SessionCollector | None]:
     """Run argv traced; returns (returncode as subprocess reports it, session dir, and
     with `tail` the collector that read its logs while it ran)."""
     usable, reason = tracer_usable(cfg)
-    session, info = handoff.begin(cfg, argv, job_name or Path(argv[0]).name, usable, reason)
+    session, info = handoff.begin(cfg, argv, job_name or default_job_name(argv), usable,
+                                  reason)
     collector = SessionCollector(session) if tail and usable else None
     try:
         rc = run_traced(argv, session if usable else None, info.run_id, tail=collector)

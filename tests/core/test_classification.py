@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -254,3 +255,30 @@ def test_engine_code_files_are_code_not_inputs(tmp_path):
                   code=[os.fsencode(os.path.realpath(work / "Snakefile"))])
     assert names(io.inputs) == ["data.txt"]
     assert "Snakefile" in names(io.code)
+
+
+def test_shell_start_up_files_are_environment_not_data(tmp_path, monkeypatch):
+    """bash reading ~/.profile, ~/.bashrc and ~/.cargo/env as it starts (a login shell, or
+    a shell whose stdin is a socket, as Airflow 3 starts tasks) reads no data."""
+    home = tmp_path / "home"
+    (home / ".cargo").mkdir(parents=True)
+    (home / ".cargo" / "env").write_text('export PATH="$HOME/.cargo/bin:$PATH"\n')
+    (home / ".bashrc").write_text('. "$HOME/.cargo/env"\n')
+    (home / ".profile").write_text('. "$HOME/.bashrc"\n')
+    (home / "notes.txt").write_text("data kept in the home directory is still data\n")
+    work, session = tmp_path / "work", tmp_path / "session"
+    work.mkdir()
+    session.mkdir()
+    (work / "data.txt").write_text("data\n")
+    monkeypatch.setenv("HOME", str(home))
+    env = {**tracer.preload_env(session, tag="task"), "HOME": str(home)}
+    a, b = socket.socketpair()
+    with a, b:
+        p = subprocess.run(["bash", "-lc", "cat data.txt ~/notes.txt > /dev/null"], cwd=work,
+                           env=env, stdin=b, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    records = attribute(tracelog.read_session(session).logs)["task"].records
+    opened = {Path(os.fsdecode(r.path)).name for r in records if r.op == tracelog.OP["open"]}
+    assert {".profile", ".bashrc", "env"} <= opened  # bash did read them
+    io = classify(records, PathFilter.build([session]))
+    assert names(io.inputs) == ["data.txt", "notes.txt"] and not io.outputs

@@ -450,3 +450,19 @@ def test_pending_sessions_skip_one_recorded_meanwhile(tmp_path, monkeypatch) -> 
 
     monkeypatch.setattr(Path, "glob", glob_with_a_vanished_one)
     assert handoff.pending(cfg) == [done]
+
+
+def test_a_shell_script_run_is_named_by_its_first_command(tmp_path: Path) -> None:
+    cli = make_cli(tmp_path)
+    (cli.cwd / "raw.csv").write_text("1\n3\n2\n")
+    names = []
+    for argv in (["sh", "-c", "sort -rn raw.csv > clean.csv"],
+                 ["bash", "-euc", "LC_ALL=C /usr/bin/wc -l clean.csv; echo done"]):
+        proc = cli("run", "--", *argv)
+        assert proc.returncode == 0, proc.stderr.decode()
+        names.append(proc.stderr.decode().split("job ", 1)[1].split(", run ")[0])
+    assert names == ["sort -rn raw.csv", "wc -l clean.csv"]
+    proc = cli("run", "--job", "mine", "--", "sh", "-c", "cat raw.csv > /dev/null")
+    assert "job mine, run " in proc.stderr.decode()  # --job still wins
+    listed = cli.ok("show")
+    assert "sort -rn raw.csv" in listed and "wc -l clean.csv" in listed and "mine" in listed

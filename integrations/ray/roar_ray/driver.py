@@ -28,7 +28,7 @@ from typing import Any
 
 from roar_core import config, journal
 from roar_core.api import Roar
-from roar_core.emission import RunRef
+from roar_core.emission import Engine, RunRef
 from roar_ray import _env, recorder
 
 log = logging.getLogger("roar.ray")
@@ -108,7 +108,10 @@ class DriverJob:
         global _atexit_registered
         roar = Roar(cfg)
         name = settings.get("job_name") or _driver_name()
-        run = roar.start_workflow(name, engine="ray")
+        import ray
+
+        run = roar.start_workflow(name, engine="ray",
+                                  engine_version=Engine("ray", ray.__version__))
         context = {"run_id": run.run_id, "job_name": name, "namespace": run.namespace,
                    "config": _env.config_values(cfg), "root": str(cfg.project_root)}
         job = cls(roar, run, context)

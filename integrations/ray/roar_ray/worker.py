@@ -5,9 +5,10 @@ in front of the user's own).  It wraps the functions Ray's
 `FunctionActorManager.get_execution_info` hands to the task loop -- the one path behind
 normal tasks, actor creation and actor methods -- so that each call marks its boundaries:
 the tracer tag (`Shim.begin/end`, thread-local) and the task's identity (one line each in
-the worker's task journal, roar_core.journal).  Nothing else happens in the worker: the
-node's recorder process (roar_ray.recorder) follows the journals and does the recording,
-so a task costs the worker a few journal lines and never waits on lineage.
+the worker's task journal, roar_core.journal).  As a task ends, before its result goes back
+to Ray, the core takes its file versions (roar_core.capture.WorkerCapture: its files
+classified and hashed now, so the next task cannot change them); the node's recorder
+process (roar_ray.recorder) follows the journals and does the rest (store, events).
 
 - Normal and threaded-actor calls set the tag on their thread for the whole call.
 - Async actor calls set it around each coroutine step (roar_ray._steps).
@@ -43,6 +44,7 @@ from typing import Any
 import ray
 
 from roar_core import tracer
+from roar_core.capture import WorkerCapture
 from roar_core.ids import new_run_id
 from roar_core.journal import Journal
 from roar_ray import _env, _steps, recorder
@@ -106,6 +108,7 @@ class _Worker:
         self._links_lock = threading.Lock()
         self.core_worker = ray._private.worker.global_worker.core_worker
         self.actor: str | None = None  # run id of this worker's actor, if it hosts one
+        self.capture: WorkerCapture | None = None  # takes each task's versions at its end
         # The journal form of roar_core.recorder.TaskMeta (the worker imports nothing of
         # the recording side): what every task of this worker shares, written once.
         self.journal = Journal(session, common={
@@ -136,11 +139,14 @@ class _Worker:
         # Where the plugin pointed the tracer; else (no plugin here) where it would have.
         session = Path(os.environ.get(tracer.ENV_SESSION) or _env.session_dir(cfg, job, node_id))
         w = cls(session, cfg.namespace, job, settings, node_id, reason)
+        internal = [gw.node.get_temp_dir_path()] if gw.node else []
+        if w.traced:
+            w.capture = WorkerCapture.for_config(cfg, session, internal)
         w._install(gw.function_actor_manager)
         if w.job_run:
             w._install_links()
         atexit.register(w.close)
-        recorder.ensure(session, [gw.node.get_temp_dir_path()] if gw.node else [])
+        recorder.ensure(session, internal)
         return w
 
     def _install(self, manager) -> None:
@@ -240,11 +246,20 @@ class _Worker:
         return run_id
 
     def end(self, run_id: str, error: BaseException | None) -> None:
+        # The task's versions now, before its result goes back to Ray: the next task may
+        # rewrite its files at once.
+        captured = None
+        if self.capture is not None:
+            try:
+                captured = self.capture.take(run_id)
+            except Exception as e:  # the node's recorder takes them later, as best it can
+                log.warning("roar: versions of task %s not taken at its end: %s: %s",
+                            run_id, type(e).__name__, e)
         if error is None:
-            self.journal.ended(run_id, "COMPLETE")
+            self.journal.ended(run_id, "COMPLETE", captured=captured)
         else:
             self.journal.ended(run_id, "FAIL" if isinstance(error, Exception) else "ABORT",
-                               error=f"{type(error).__name__}: {error}")
+                               error=f"{type(error).__name__}: {error}", captured=captured)
 
     def _finisher(self, run_id: str, untag: bool):
         """Called once when the task is over; until then, what this context submits has

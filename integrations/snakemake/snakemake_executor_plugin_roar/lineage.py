@@ -93,7 +93,8 @@ class Lineage:
         import snakemake
 
         wf = remote.start_workflow(name, engine=ENGINE, facets={
-            "snakefile": str(workflow.main_snakefile), "workdir": workdir})
+            "snakefile": str(workflow.main_snakefile), "workdir": workdir},
+            engine_version=(ENGINE, snakemake.__version__))
         if not status.usable:
             log.warning("roar: jobs run UNTRACED: %s", status.reason)
         self = cls(
@@ -128,6 +129,7 @@ class Lineage:
             run_facets={"roar_snakemake": jobs.facet(job, kind)},
             declared=jobs.declared(job, workflow, spawned),
             engine_version=self.engine_version, command=jobs.command(job),
+            pid=os.getpid(),  # until the job's own process is known (its end says)
         )
         binding = tracing.Binding(session, run_id) if session is not None else None
         out_flags = [jobs.flags(f) for f in job.output]
@@ -156,9 +158,11 @@ class Lineage:
         if task.unshadow:
             unshadow = functools.partial(tracing.unshadow, shadow_root=self.shadow_root,
                                          workdir=self.workdir)
+        pids = task.binding.pids if task.binding else []
         self.remote.end_task(
             task.run_id, status, session=task.binding.session if task.binding else None,
             exit_code=exit_code, error=error, records_filter=unshadow,
+            pid=pids[0] if pids else None,
             # temp() files may be deleted as soon as their consumers are done: hash first.
             wait=wait or task.temp_outputs)
 

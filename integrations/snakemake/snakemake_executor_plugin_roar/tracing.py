@@ -31,6 +31,8 @@ _local = threading.local()
 class Binding:
     session: Path
     tag: str
+    # The job's processes started here, first first: the job's pid in its lineage.
+    pids: list[int] = dataclasses.field(default_factory=list, compare=False, hash=False)
 
     def env(self, base: dict[str, str] | os._Environ | None = None) -> dict[str, str]:
         return tracer.preload_env(self.session, tag=self.tag, base=base)
@@ -65,7 +67,10 @@ class _SubprocessForJobs:
         binding = current()
         if binding is not None:
             kwargs["env"] = binding.env(kwargs.get("env"))
-        return self._real.Popen(*args, **kwargs)
+        proc = self._real.Popen(*args, **kwargs)
+        if binding is not None:
+            binding.pids.append(proc.pid)
+        return proc
 
 
 def attach() -> Callable[[], None]:
@@ -88,7 +93,11 @@ def attach() -> Callable[[], None]:
 def run_spawned(cmd: str, binding: Binding | None) -> None:
     """Run a spawned `python -m snakemake` job command (run: and shadow jobs), traced."""
     env = binding.env() if binding is not None else None
-    subprocess.check_call(cmd, shell=True, env=env)
+    with subprocess.Popen(cmd, shell=True, env=env) as proc:
+        if binding is not None:
+            binding.pids.append(proc.pid)
+        if proc.wait():
+            raise subprocess.CalledProcessError(proc.returncode, cmd)
 
 
 def unshadow(records: list[Record], shadow_root: str, workdir: str) -> list[Record]:

@@ -126,18 +126,24 @@ def test_failing_task_emits_fail_with_partial_lineage(etl: EtlRun) -> None:
 
 
 def test_copy_nobody_traced_is_joined_by_content(etl: EtlRun) -> None:
-    """`summarize` read staged/clean_copy.csv, made by an untraced task: its input is named
-    after the file with that content roar saw produced (transform's clean.csv), and the path
-    it really read is in `symlinks`."""
+    """`summarize` read staged/clean_copy.csv, made by an untraced task: its input keeps the
+    path it really read (never the producer's name, never `symlinks`), and roar's lineage
+    joins it to transform's clean.csv, whose bytes it has, by an inferred edge."""
     ev = etl.one("summarize")
     (inp,) = ev["inputs"]
-    assert inp["name"] == str(etl.data / "clean.csv")
-    assert inp["facets"]["symlinks"]["identifiers"] == [
-        {"namespace": "file", "name": str(etl.data / "staged" / "clean_copy.csv"),
-         "type": "FILE"}]
+    copy = str(etl.data / "staged" / "clean_copy.csv")
+    assert inp["name"] == copy and "symlinks" not in inp["facets"]
     assert inp["facets"]["version"]["datasetVersion"] == f"blake3:{etl.digest('clean.csv')}"
     assert _names(ev["outputs"]) == {str(etl.data / "summary.txt")}
     assert not etl.one("stage")["inputs"]  # the plain @task reports nothing
+    from roar_core.store import Store
+
+    with Store.open(home=etl.work / "roar") as store:
+        g = store.lineage(str(etl.data / "summary.txt"), min_size=1)
+    inferred = {(g.artifacts[e.source].uri, g.artifacts[e.target].uri)
+                for e in g.edges if e.kind == "inferred"}
+    assert inferred == {(str(etl.data / "clean.csv"), copy)}
+    assert {r.job_name for r in g.runs.values()} >= {f"{DAG}.transform", f"{DAG}.summarize"}
 
 
 def test_parent_is_the_dag_run(etl: EtlRun) -> None:

@@ -5,6 +5,9 @@ summary report; digests are the files' blake3; every task hangs under the workfl
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -97,6 +100,8 @@ def test_one_run_per_job_under_the_workflow_run(run):
     assert [e["eventType"] for e in wf] == ["START", "COMPLETE"]
     wf_run = wf[0]["run"]["runId"]
     assert wf[0]["job"]["name"] == "wf6"
+    for e in wf:  # the workflow run names its engine too
+        assert e["run"]["facets"]["processing_engine"]["name"] == "snakemake"
     done = lin.terminal()
     names = sorted(e["job"]["name"] for e in done)
     assert names == sorted(["wf6.make", "wf6.make", "wf6.upper", "wf6.upper", "wf6.joined",
@@ -206,3 +211,26 @@ def test_summary_lists_the_undeclared_read(run):
     lines = [ln for ln in err.splitlines() if "undeclared reads:" in ln]
     assert len(lines) == 2 and all("rule make" in ln for ln in lines)
     assert all(ln.endswith(str(wd / "ref.txt")) for ln in lines)
+
+
+def test_temp_inputs_keep_the_version_their_consumer_read(run):
+    """temp() files are deleted once their consumers are done, before roar records those
+    consumers: the version each read is the one its producer left, found by the state the
+    tracer saw at open, and `roar-core lineage` goes through it."""
+    wd, _done, lin = run
+    uppers = lin.terminal("wf6.upper")
+    assert len(uppers) == 2
+    for e in uppers:
+        (d,) = e["inputs"]
+        path = Path(d["name"])
+        assert path.parent.name == "raw" and not path.exists()
+        data = b"s1\ns2\nreference\n" + f"{path.stem}\n".encode()
+        assert _digest(d) == blake3.blake3(data).hexdigest(), d
+        assert "roar_unknownVersion" not in d["facets"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ROAR_", "OPENLINEAGE"))}
+    env["ROAR_HOME"] = str(wd / ".roar-home")
+    out = subprocess.run([str(Path(sys.executable).parent / "roar-core"), "lineage",
+                          str(wd / "up" / "A.txt")], cwd=wd, env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "run wf6.make  COMPLETE" in out.stdout and "samples.txt" in out.stdout
