@@ -303,7 +303,7 @@ class Follower:
         return done
 
     def _pass(self, followed: list[_Followed]) -> int:
-        done = 0
+        ready: list[tuple[_Followed, Entry, TaskOutcome]] = []
         for path in journal_paths(self.directory):
             if path in self._foreign:
                 continue
@@ -320,32 +320,49 @@ class Follower:
             else:
                 begun = []
             followed.append(f)
-            done += self._advance(f, begun)
+            self._advance(f, begun)
+        # Causal order: a task that read another's output ended after it.  The end lines
+        # read above may include a consumer's whose producer's line (in another journal,
+        # read earlier) was appended meanwhile: read every journal once more, then record
+        # all ended tasks of the node in the order they ended, so no COMPLETE is spooled
+        # before its inputs' producers'.
+        for f in followed:
+            ready += self._ready(f, f.journal.read_more())
+        return self._record_in_order(ready)
+
+    def _record_in_order(self, ready: list[tuple[_Followed, Entry, TaskOutcome]]) -> int:
+        done = 0
+        for f, entry, outcome in sorted(ready, key=lambda r: r[2].ended_at):
+            if self._record(f, entry, outcome) is not None:
+                done += 1
         return done
 
     def pending(self) -> int:
         """Journals still followed (their processes alive, or not all recorded yet)."""
         return len(self._files)
 
-    def _advance(self, f: _Followed, begun: list[Entry]) -> int:
+    def _advance(self, f: _Followed, begun: list[Entry]) -> None:
         j = f.journal
-        dead = not self._alive(j.pid, j.start)  # before reading: no line can come later
+        f.dead = not self._alive(j.pid, j.start)  # before reading: no line can come later
         begun += j.read_more()
         for entry in begun:
             if not entry.started:
                 self._start(f, entry)
-        ready = j.unrecorded() if dead else [e for e in j.entries.values()
-                                            if e.outcome is not None and not e.recorded]
-        done = 0
+
+    def _ready(self, f: _Followed, begun: list[Entry]) -> list[
+            tuple[_Followed, Entry, TaskOutcome]]:
+        """The tasks of `f` to record now, with their outcomes; STARTs of `begun` first."""
+        j = f.journal
+        for entry in begun:
+            if not entry.started:
+                self._start(f, entry)
+        ready = j.unrecorded() if f.dead else [e for e in j.entries.values()
+                                              if e.outcome is not None and not e.recorded]
         if ready:
             f.collector.collect()
             f.collector.take(UNATTRIBUTED)  # I/O outside any task: never lineage
-            for entry in ready:
-                outcome = entry.outcome or _died(j, entry, self.lifetime_status())
-                if self._record(f, entry, outcome) is not None:
-                    done += 1
-        f.done = dead  # all it left is recorded: its journal and tracer logs can go
-        return done
+        f.done = f.dead  # all it left is recorded once this pass ends: the journal can go
+        return [(f, e, e.outcome or _died(j, e, self.lifetime_status())) for e in ready]
 
     def _forget(self, f: _Followed) -> None:
         f.close()
@@ -395,6 +412,7 @@ class _Followed:
 
         self.journal = journal
         self.collector = SessionCollector(directory, root_pid=journal.pid)
+        self.dead = False  # its process had exited when this pass began reading it
         self.done = False
         self._marks: list[dict] = []
         self._fd = -1
@@ -432,6 +450,7 @@ def recover(roar: Roar, directory: str | os.PathLike, *,
         if j is None or j.host != follower._host or j.alive():
             continue
         f = follower._files[path] = _Followed(j, follower.directory)
-        done += follower._advance(f, [e for e in j.entries.values() if not e.started])
+        follower._advance(f, [e for e in j.entries.values() if not e.started])
+        done += follower._record_in_order(follower._ready(f, []))
         follower._forget(f)
     return done

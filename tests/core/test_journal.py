@@ -167,3 +167,39 @@ def test_collector_reads_only_its_process_tree(tmp_path):
     written = {r.path for r in mine.records if r.op_name == "open"}
     assert str(tmp_path / "f0.copy").encode() in written  # cp, a child, is in the tree
     assert len(c.owned()) >= 2
+
+
+def test_tasks_of_a_node_are_recorded_in_the_order_they_ended(roar, tmp_path):
+    """A consumer's end line sits in a journal read before its producer's: the producer's
+    COMPLETE is still spooled (and delivered) first."""
+    import json
+    import socket
+    from datetime import datetime, timedelta, timezone
+
+    session = tmp_path / "node"
+    session.mkdir()
+    t0 = datetime.now(timezone.utc)
+    ids = {}
+    for pid, job, ended in ((100, "combine", t0 + timedelta(seconds=2)),
+                            (200, "split", t0 + timedelta(seconds=1))):
+        run_id = ids[job] = f"0190a000-0000-7000-8000-{pid:012d}"
+        meta = {"run_id": run_id, "engine": "test", "namespace": "ns", "job_name": job,
+                "engine_task_id": str(pid), "attempt": 0, "parent_run_id": None,
+                "command": None, "host": socket.gethostname(), "pid": pid, "node_id": None,
+                "traced": True, "untraced_reason": None, "workflow": None,
+                "engine_version": None, "started_at": t0.isoformat()}
+        lines = [{"v": journal.VERSION, "pid": pid, "start": 1, "host": socket.gethostname(),
+                  "common": {}},
+                 {"b": meta, "lifetime": False},
+                 {"e": run_id, "s": "COMPLETE", "t": ended.isoformat(), "x": None, "m": None}]
+        path = session / f"{journal.PREFIX}{pid}-1{journal.SUFFIX}"
+        path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert [p.name for p in journal.journal_paths(session)][0].startswith(
+        f"{journal.PREFIX}100-")  # the consumer's journal is read first
+    follower = journal.Follower(roar, session, alive=lambda pid, start: True)
+    assert follower.poll() == 2
+    roar.spool.flush(10)
+    events = [json.loads(line) for line in
+              (roar.config.home / "openlineage" / "events.jsonl").read_text().splitlines()]
+    completes = [e["job"]["name"] for e in events if e["eventType"] == "COMPLETE"]
+    assert completes == ["split", "combine"]
