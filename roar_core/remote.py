@@ -231,14 +231,16 @@ class RemoteRoar:
     def end_task(self, run_id: str, status: str = "COMPLETE", *,
                  session: Path | None = None, exit_code: int | None = None,
                  error: str | None = None, records_filter: RecordsFilter | None = None,
-                 wait: bool = False, pid: int | None = None) -> TaskResult | None:
+                 wait: bool = False, pid: int | None = None,
+                 ended_at: datetime | None = None) -> TaskResult | None:
         """Record the task from its session directory (then removed).  With wait, return
         once it is recorded: its files have been classified and hashed.  `pid`: the
-        task's own process, when known only now."""
+        task's own process, when known only now; `ended_at`: when it ended (default:
+        now, not when the recorder process gets to it)."""
         return self._send("end_task", _wait=wait, run_id=run_id, status=status,
                           session=session, exit_code=exit_code, error=error,
                           records_filter=records_filter, pid=pid,
-                          ended_at=datetime.now(timezone.utc))
+                          ended_at=ended_at or datetime.now(timezone.utc))
 
     def close(self, timeout: float | None = None) -> list[TaskResult]:
         """Wait for every task to be recorded and the child to exit; the results of all

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 import roar_core
@@ -39,6 +40,7 @@ class _Task:
     unshadow: bool
     temp_outputs: bool
     early: bool  # record as soon as its processes are done (see `finished`)
+    ended_at: datetime | None = None  # when its processes were done
 
 
 @dataclass
@@ -162,7 +164,7 @@ class Lineage:
         self.remote.end_task(
             task.run_id, status, session=task.binding.session if task.binding else None,
             exit_code=exit_code, error=error, records_filter=unshadow,
-            pid=pids[0] if pids else None,
+            pid=pids[0] if pids else None, ended_at=task.ended_at,
             # temp() files may be deleted as soon as their consumers are done: hash first.
             wait=wait or task.temp_outputs)
 
@@ -182,7 +184,11 @@ class Lineage:
         which it deletes once their consumers are done (recording waits for the hashes, and
         better here than on Snakemake's scheduling thread)."""
         task = self._task(job)
-        if task is not None and task.early:
+        if task is None:
+            return
+        # The job's end, not Snakemake's later handling of it.
+        task.ended_at = datetime.now(timezone.utc)
+        if task.early:
             self._end(job, "COMPLETE", wait=True)
 
     def complete(self, job) -> None:
