@@ -186,6 +186,8 @@ def test_store_names_the_same_runs(etl: EtlRun) -> None:
             if ev["job"]["name"] == DAG:
                 wf = store.workflow_run(ev["run"]["runId"])
                 assert wf is not None and wf.job_name == DAG and wf.namespace == NAMESPACE
+                # Ended with the DAG run (`broken` fails it), not RUNNING for ever.
+                assert wf.status == "FAIL" and wf.ended_at is not None
             elif ev["eventType"] != "START" and ev["job"]["name"] != f"{DAG}.stage":
                 run = store.task_run(ev["run"]["runId"])
                 assert run is not None, ev["job"]["name"]

@@ -78,8 +78,13 @@ class Deployment:
 def deployment(airflow_home: AirflowHome, tmp_path_factory) -> Iterator[Deployment]:
     work = tmp_path_factory.mktemp("local-executor")
     port = _free_port()
+    home = work / "home"  # shell start-up files bash reads; the marker says it did
+    (home / ".cargo").mkdir(parents=True)
+    (home / ".cargo" / "env").write_text("export ROAR_TEST_CARGO=1\n")
+    (home / ".bashrc").write_text('. "$HOME/.cargo/env"; echo read >> "$HOME/.bashrc-read"\n')
     env = airflow_home.env(
         work,
+        HOME=str(home),
         AIRFLOW__CORE__EXECUTOR="LocalExecutor",
         AIRFLOW__CORE__PARALLELISM="4",
         AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="False",
@@ -102,7 +107,10 @@ def deployment(airflow_home: AirflowHome, tmp_path_factory) -> Iterator[Deployme
         start("dag-processor", ["dag-processor"], env)
         # Only the scheduler (which forks the LocalExecutor workers and their task processes)
         # runs with the tracer: `eval "$(roar-core env airflow)"; airflow scheduler`.
-        start("scheduler", ["scheduler"], preloaded(env))
+        # Started by a service manager, not from a shell (no SHLVL): the bash of a bash task
+        # then reads ~/.bashrc, its stdin being the task runner's socket.
+        start("scheduler", ["scheduler"],
+              {k: v for k, v in preloaded(env).items() if k != "SHLVL"})
 
         def api_up() -> bool:
             try:
@@ -189,3 +197,28 @@ def test_task_processes_traced_in_place(deployment: Deployment, produced) -> Non
             assert "roar: boundary mode" in text, task_log
     for ev in events:
         validate_provider_event(ev)
+
+
+def test_bash_start_up_files_are_not_inputs(deployment: Deployment, produced) -> None:
+    data = Path(deployment.env["ROAR_TEST_AIRFLOW_DATA"])
+    assert (deployment.work / "home" / ".bashrc-read").exists()  # bash did read ~/.bashrc
+    events = read_events(deployment.work / "ol-events.jsonl")
+    (shell,) = [e for e in events
+                if e["job"]["name"] == f"{PRODUCER}.shell" and e["eventType"] == "COMPLETE"]
+    assert [d["name"] for d in shell["inputs"]] == [str(data / "produced.txt")]
+    assert [d["name"] for d in shell["outputs"]] == [str(data / "size.txt")]
+
+
+def test_the_dag_run_ends_in_the_store(deployment: Deployment, produced) -> None:
+    from roar_core.store import Store
+
+    events = read_events(deployment.work / "ol-events.jsonl")
+    dag_run = [e for e in events if e["job"]["name"] == PRODUCER][0]["run"]["runId"]
+    deadline = time.monotonic() + 30  # the scheduler ends the DAG run after its last task
+    while True:
+        with Store.open(home=deployment.work / "roar") as store:
+            wf = store.workflow_run(dag_run)
+        if (wf is not None and wf.ended_at is not None) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert wf is not None and (wf.status, wf.ended_at is not None) == ("COMPLETE", True)

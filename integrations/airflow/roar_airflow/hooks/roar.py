@@ -316,14 +316,39 @@ def _roar() -> Roar:
     return _ROAR[1]
 
 
+def _dag_run_id(dag_id: str, dag_run: Any) -> str:
+    """The provider's run id of a DAG run: roar's workflow run for it."""
+    from airflow.providers.openlineage.plugins.adapter import OpenLineageAdapter
+
+    return str(OpenLineageAdapter.build_dag_run_id(
+        dag_id=dag_id, logical_date=dag_run.logical_date or dag_run.run_after,
+        clear_number=getattr(dag_run, "clear_number", 0)))
+
+
+def finish_dag_run(dag_run: Any, status: str) -> None:
+    """Close the DAG run's workflow run in the store, if a traced task of it made one."""
+    from datetime import datetime, timezone
+
+    from roar_core.store import DB_FILENAME, Store
+
+    cfg = _config()
+    if cfg.database_url is None and not (cfg.home / DB_FILENAME).exists():
+        return  # no task of any DAG was traced here: nothing to close (and no store made)
+    run_id = _dag_run_id(dag_run.dag_id, dag_run)
+    with Store.open(cfg.database_url, cfg.home) as store:
+        wf = store.workflow_run(run_id)
+        if wf is not None and wf.ended_at is None:
+            ended = getattr(dag_run, "end_date", None) or datetime.now(timezone.utc)
+            store.finish_workflow_run(run_id, status, ended)
+
+
 def task_identity(context: Any, namespace: str) -> TaskIdentity:
     """The provider's names for this task instance and its DAG run (same UUIDs)."""
     from airflow.providers.openlineage.plugins.adapter import OpenLineageAdapter
 
     ti, dag_run = context["ti"], context["dag_run"]
     date = dag_run.logical_date or dag_run.run_after
-    dag_run_id = OpenLineageAdapter.build_dag_run_id(
-        dag_id=ti.dag_id, logical_date=date, clear_number=getattr(dag_run, "clear_number", 0))
+    dag_run_id = _dag_run_id(ti.dag_id, dag_run)
     run_id = OpenLineageAdapter.build_task_instance_run_id(
         dag_id=ti.dag_id, task_id=ti.task_id, try_number=ti.try_number, logical_date=date,
         map_index=ti.map_index)

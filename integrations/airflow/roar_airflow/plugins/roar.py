@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 
+from roar_airflow.plugins import listener
 from roar_airflow.version_compat import AirflowPlugin
 
 log = logging.getLogger(__name__)
@@ -48,3 +49,4 @@ WARM = warm()
 
 class RoarPlugin(AirflowPlugin):
     name = "roar"
+    listeners = [listener]

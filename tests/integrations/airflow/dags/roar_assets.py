@@ -3,6 +3,7 @@ scheduled on that alias (the LocalExecutor test)."""
 
 import pendulum
 from airflow.sdk import AssetAlias, dag, task
+from roar_airflow.operators.roar import RoarBashOperator
 
 ALIAS = "roar-test-outputs"
 
@@ -18,7 +19,12 @@ def roar_producer():
             f.write("made by roar_producer\n")
         return path
 
-    produce()
+    # bash as Airflow 3 starts it (stdin a socket): it reads ~/.bashrc, which is no input.
+    shell = RoarBashOperator(
+        task_id="shell",
+        bash_command='cd "$ROAR_TEST_AIRFLOW_DATA" && wc -c < produced.txt > size.txt',
+    )
+    produce() >> shell
 
 
 @dag(schedule=[AssetAlias(ALIAS)], start_date=pendulum.datetime(2024, 1, 1), catchup=False,
