@@ -34,6 +34,7 @@ from uuid import UUID, uuid5
 
 from roar_core import ids
 from roar_core.redact import redact_argv, redact_text
+from roar_core.sourcecode import CodeVersion
 
 if TYPE_CHECKING:
     from openlineage.client.event_v2 import InputDataset, OutputDataset, RunEvent
@@ -190,6 +191,9 @@ class TaskLineage(_Lineage):
     job_type: JobType = JobType()
     task: TaskInfo | None = None
     io: IOCheck | None = None
+    code: list[CodeVersion] = field(default_factory=list)
+    """The task's code files (the `roar_code` job facet; the first in git also gives
+    `sourceCodeLocation` unless `code_location` is set)."""
 
 
 @dataclass
@@ -274,6 +278,7 @@ _ROAR_TASK_SCHEMA = schema_url("1-0-0", "RoarTaskRunFacet")
 _ROAR_IO_SCHEMA = schema_url("1-0-0", "RoarIORunFacet")
 _UNKNOWN_VERSION_SCHEMA = schema_url("1-0-0", "RoarUnknownVersionDatasetFacet")
 _CONTENT_MATCH_SCHEMA = schema_url("1-0-0", "RoarContentMatchRunFacet")
+_ROAR_CODE_SCHEMA = schema_url("1-0-0", "RoarCodeJobFacet")
 # The job of the runs that stand for an inferred edge (see content_match_event).
 CONTENT_MATCH_JOB = "roar.content_match"
 
@@ -519,7 +524,13 @@ def _job_facets(info: _Lineage, job_type: JobType) -> dict[str, Any]:
             language=info.source_code.language,
             sourceCode=info.source_code.source,
         )
-    if (loc := info.code_location) is not None:
+    code = getattr(info, "code", None)
+    loc = info.code_location
+    if code:
+        facets["roar_code"] = _code_facet(code)
+        if loc is None:
+            loc = next((_location(c) for c in code if c.repo is not None), None)
+    if loc is not None:
         facets["sourceCodeLocation"] = _facet(
             _SOURCE_CODE_LOCATION_SCHEMA,
             type=loc.type,
@@ -531,6 +542,26 @@ def _job_facets(info: _Lineage, job_type: JobType) -> dict[str, Any]:
             branch=loc.branch,
         )
     return facets
+
+
+def _location(c: CodeVersion) -> CodeLocation:
+    repo = c.repo
+    assert repo is not None
+    return CodeLocation(url=repo.url, repo_url=repo.url, path=c.repo_path,
+                        version=repo.commit, branch=repo.branch)
+
+
+def _code_facet(code: list[CodeVersion]) -> dict[str, Any]:
+    files = []
+    for c in code:
+        f: dict[str, Any] = {"path": c.path, "digest": c.digest}
+        if c.repo is not None:
+            f.update(repository=redact_text(c.repo.url), commit=c.repo.commit,
+                     repoPath=c.repo_path)
+            if c.dirty is not None:
+                f["dirty"] = c.dirty
+        files.append(f)
+    return _facet(_ROAR_CODE_SCHEMA, files=files)
 
 
 def _task_facet(task: TaskInfo) -> dict[str, Any]:

@@ -19,11 +19,12 @@ from datetime import datetime, timezone
 
 from roar_core import capture as capture_mod
 from roar_core import declared as declared_mod
-from roar_core import emission
+from roar_core import emission, sourcecode
 from roar_core.capture import Capture, Version
 from roar_core.classification import PathFilter, TaskIO
 from roar_core.hashing import Hasher
 from roar_core.redact import redact_argv
+from roar_core.sourcecode import CodeVersion
 from roar_core.spool import Spool
 from roar_core.store import Access, AccessRecord, CodeFile, Store, TaskRun
 from roar_core.tracelog import Record
@@ -122,7 +123,8 @@ def _task_info(meta: TaskMeta, dropped: int, command: list[str] | None) -> emiss
 
 def lineage_of(meta: TaskMeta, outcome: TaskOutcome | None = None,
                inputs: list[emission.Dataset] | None = None,
-               outputs: list[emission.Dataset] | None = None) -> emission.TaskLineage:
+               outputs: list[emission.Dataset] | None = None,
+               code: list[CodeVersion] | None = None) -> emission.TaskLineage:
     command = redact_argv(meta.command) if meta.command else None
     return emission.TaskLineage(
         namespace=meta.namespace, job_name=meta.job_name, run_id=meta.run_id,
@@ -131,6 +133,7 @@ def lineage_of(meta: TaskMeta, outcome: TaskOutcome | None = None,
         error_message=outcome.error if outcome else None,
         run_facets=meta.run_facets, inputs=inputs or [], outputs=outputs or [],
         task=_task_info(meta, outcome.dropped if outcome else 0, command), io=meta.io_check,
+        code=code or [],
     )
 
 
@@ -306,5 +309,7 @@ class Recorder:
                 self.emit(event)
             make = {"COMPLETE": emission.complete_event, "FAIL": emission.fail_event,
                     "ABORT": emission.abort_event}[outcome.status]
-            self.emit(make(lineage_of(meta, outcome, inputs, outputs)))
+            versions = sourcecode.versions(
+                [(c.path, "blake3:" + c.digest) for c in code]) if code else []
+            self.emit(make(lineage_of(meta, outcome, inputs, outputs, versions)))
         return RecordedTask(meta, outcome, captured, inputs, outputs)

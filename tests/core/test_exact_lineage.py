@@ -198,3 +198,34 @@ def test_a_1_gib_output_overwritten_right_after_its_run_keeps_its_digest(cli: Cl
     got = accesses(cli, writer)["output"][str(cli.cwd / "big.bin")]
     assert got == ("blake3:" + expected, None)
     assert (cli.cwd / "big.bin").stat().st_size < GIB
+
+
+def test_a_tasks_code_goes_out_with_its_git_commit_and_digest(cli: Cli) -> None:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=cli.cwd, check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    git("init", "-q")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "0")
+    git("remote", "add", "origin", "https://alice:s3cr3t-token@example.com/org/repo.git")
+    script = cli.cwd / "step.py"
+    script.write_text("open('out.txt', 'w').write('made by step.py\\n')\n")
+    git("add", "step.py")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "step")
+    commit = git("rev-parse", "HEAD")
+    run(cli, "clean", "python3 step.py", wait=True)
+    script.write_text(script.read_text() + "# edited, not committed\n")
+    run(cli, "edited", "python3 step.py", wait=True)
+
+    for job, dirty in (("clean", False), ("edited", True)):
+        (event,) = completes(cli, job)
+        loc = event["job"]["facets"]["sourceCodeLocation"]
+        assert (loc["type"], loc["url"], loc["path"], loc["version"]) == (
+            "git", "https://example.com/org/repo.git", "step.py", commit)
+        (f,) = event["job"]["facets"]["roar_code"]["files"]
+        assert (f["path"], f["commit"], f["dirty"]) == (str(script), commit, dirty)
+        assert f["digest"] == b3(script.read_bytes()) or job == "clean"
+        assert "s3cr3t" not in json.dumps(event)
+    (first,) = completes(cli, "clean")
+    assert first["job"]["facets"]["roar_code"]["files"][0]["digest"] == b3(
+        b"open('out.txt', 'w').write('made by step.py\\n')\n")
