@@ -69,7 +69,7 @@ def timed(cmd: list[str], env: dict[str, str]) -> float:
 def bench_tracer(reps: int, base: str, tmp: Path) -> None:
     libs = {"untraced": None, f"shim at {base}": build_shim(base, tmp / "base"),
             "shim now": tracer.library_path()}
-    exe = build_workload(tmp)
+    exe = build_workload(tmp / "base")
     times: dict[str, list[float]] = {k: [] for k in libs}
     for rnd in range(reps):
         names = list(libs)
@@ -99,7 +99,8 @@ def traced_session(tmp: Path, script: str, name: str) -> tuple[Path, Path]:
     work.mkdir()
     session.mkdir()
     env = {**os.environ, **tracer.preload_env(session, tag="bench")}
-    subprocess.run(["sh", "-c", script], cwd=work, env=env, check=True)
+    subprocess.run(["sh", "-c", script], cwd=work, env=env, check=True,
+                   stdout=subprocess.DEVNULL)
     return work, session
 
 
@@ -107,15 +108,15 @@ def bench_capture(reps: int, tmp: Path, big: bool) -> None:
     home = tmp / "home"
     cfg = config.load(cwd=tmp, env={"ROAR_HOME": str(home)})
     home.mkdir(exist_ok=True)
-    cases = [(f"{n} files of 4 KiB", n, "i=0; while [ $i -lt {n} ]; do "
-              "head -c 4096 /dev/zero | tr '\\0' \"$((i % 10))\" > f$i; i=$((i+1)); done")
-             for n in N_CAPTURE]
+    exe = build_workload(tmp)
+    # One process writes N files of 4 KiB (bench/workload.c) and reads each back: N outputs.
+    cases = [(f"{n} files of 4 KiB", n, f"{exe} files {n} out") for n in N_CAPTURE]
     # A fresh session per rep: the capture classifies and hashes what the command left.
     print(f"\n== 2. capture at a task's end: classify + hash (median of {reps}) ==")
     for label, n, script in cases:
         runs = []
         for rep in range(reps):
-            work, session = traced_session(tmp, script.format(n=n), f"{n}-{rep}")
+            work, session = traced_session(tmp, script, f"{n}-{rep}")
             t0 = time.perf_counter()
             handoff.capture(cfg, session)
             runs.append(time.perf_counter() - t0)
