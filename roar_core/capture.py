@@ -21,13 +21,15 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from roar_core import declared as declared_mod
 from roar_core.classification import FileAccess, PathFilter, TaskIO, classify
-from roar_core.hashing import Hasher, HashResult
 from roar_core.statcache import FileState
 from roar_core.tracelog import Record
+
+if TYPE_CHECKING:  # imported when there are files to hash: blake3 and the native hasher
+    from roar_core.hashing import Hasher, HashResult
 
 CHANGED_BY_TASK = "the task changed it before the version it read could be hashed"
 CHANGED_AFTER_OPEN = "it changed after the task opened it"
@@ -194,7 +196,7 @@ def from_json(text: str) -> Capture:
 
 def hasher_for(cfg) -> Hasher:
     """A hasher with the stat cache of a `roar_core.config.Config` (closing it closes both)."""
-    from roar_core.hashing import StatCache
+    from roar_core.hashing import Hasher, StatCache
 
     hasher = Hasher(StatCache(cfg.statcache_path), workers=cfg.hash_workers or None,
                     native=cfg.native_hash)
