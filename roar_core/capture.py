@@ -59,9 +59,11 @@ def _known(r: HashResult) -> Version:
 
 
 def capture(records: Iterable[Record], keep: PathFilter, hasher: Hasher, *,
-            declared: declared_mod.Declared | None = None, traced: bool = True) -> Capture:
+            declared: declared_mod.Declared | None = None, traced: bool = True,
+            settle: bool = True) -> Capture:
     """Classify a task's records and take its versions, now.  Call it as the task ends."""
-    return versions(classified(records, keep, declared=declared, traced=traced), hasher)
+    return versions(classified(records, keep, declared=declared, traced=traced), hasher,
+                    settle=settle)
 
 
 def classified(records: Iterable[Record], keep: PathFilter, *,
@@ -74,8 +76,10 @@ def classified(records: Iterable[Record], keep: PathFilter, *,
     return io
 
 
-def versions(io: TaskIO, hasher: Hasher) -> Capture:
-    """The versions of the files in `io`, now (see the module docstring)."""
+def versions(io: TaskIO, hasher: Hasher, settle: bool = True) -> Capture:
+    """The versions of the files in `io`, now (see the module docstring).  `settle`: the
+    outputs' digests go into the stat cache, for the next tasks that open them (without:
+    the recorder's store finds them by size and mtime, later)."""
     written = {a.path for a in io.outputs}
     # Inputs the task itself rewrote: the version read is its state at open, never the
     # content now.  Every other file: hashed now, and checked against the state it had.
@@ -83,7 +87,7 @@ def versions(io: TaskIO, hasher: Hasher) -> Capture:
     hashed = [a for a in read if a.path not in written] + io.outputs
     known = {a.path: a.state for a in hashed if a.state is not None}
     hashes = hasher.hash_files([a.path for a in hashed], known=known, written=written,
-                               settled=written) if hashed else {}
+                               settled=written if settle else ()) if hashed else {}
     out = Capture(io)
     for a in io.outputs:
         h = hashes.get(a.path)
@@ -213,8 +217,9 @@ class WorkerCapture:
     before it hands the result back to the engine, and sends the capture along with the
     task's end (the node's recorder records it later).
 
-    The work runs on a thread the tracer ignores (reading the logs, the stat cache and the
-    files hashed are not the I/O of the actor or task running in this process)."""
+    It runs on the task's thread with the tracer ignoring that thread meanwhile (reading the
+    logs, the stat cache and the files hashed are not the I/O of the task, nor of an actor
+    whose process tag is set)."""
 
     @classmethod
     def for_config(cls, cfg, session: str | os.PathLike,
@@ -223,25 +228,35 @@ class WorkerCapture:
 
     def __init__(self, session: str | os.PathLike, keep: PathFilter, hasher: Hasher):
         import time
-        from concurrent.futures import ThreadPoolExecutor
 
         from roar_core import tracer
         from roar_core.session import SessionCollector
 
         self.keep, self.hasher = keep, hasher
+        self._shim = tracer.loaded()
         self._collector = SessionCollector(Path(session), root_pid=os.getpid(),
                                            since_mono_ns=time.monotonic_ns())
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="roar-capture",
-                                        initializer=tracer.ignore_this_thread)
 
     def take(self, tag: str) -> dict[str, Any]:
         """The capture of the task tagged `tag`, JSON-ready."""
-        return self._pool.submit(self._take, tag).result()
+        if self._shim is None:
+            return self._take(tag)
+        with self._shim.ignoring():
+            return self._take(tag)
 
     def _take(self, tag: str) -> dict[str, Any]:
         from roar_core.attribution import UNATTRIBUTED
+        from roar_core.tracelog import LINEAGE_OPS
 
         self._collector.collect(live=True)
         records = self._collector.take(tag).records
         self._collector.take(UNATTRIBUTED)  # no task's: not kept for the worker's lifetime
-        return to_dict(capture(records, self.keep, self.hasher))
+        if not any(r.op in LINEAGE_OPS for r in records):
+            return _EMPTY  # computed in memory: nothing to classify or hash
+        # Outputs not put in the stat cache: a transaction per task on the task's path
+        # (~50 us); a reader that needs them later finds them in the store, recorded by
+        # the node's recorder in the order tasks ended.
+        return to_dict(capture(records, self.keep, self.hasher, settle=False))
+
+
+_EMPTY = to_dict(Capture(TaskIO()))

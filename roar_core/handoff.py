@@ -86,11 +86,6 @@ def end(session: Path, returncode: int) -> None:
     _write_json(session / DONE, asdict(TaskDone(_now(), returncode)))
 
 
-# Operations on files, by name (the rest: processes, task tags, the working directory).
-_FILE_OPS = ("open", "close", "rename", "link", "symlink", "unlink", "truncate", "mkdir",
-             "rmdir")
-
-
 def _records(session: Path):
     """(records in time order, the session's trace) of a session's logs: every process
     there belongs to the one command that was run."""
@@ -107,11 +102,10 @@ def capture(cfg: Config, session: Path) -> None:
     """Take the run's file versions now, as its command has ended and before `roar-core
     run` returns to the shell: the next command may rewrite or delete them at once, and the
     recorder, running later, must record what this one left (roar_core.capture)."""
-    from roar_core.tracelog import OP
+    from roar_core.tracelog import LINEAGE_OPS
 
     records, _ = _records(session)
-    ops = {OP[name] for name in _FILE_OPS}
-    if not any(r.op in ops for r in records):
+    if not any(r.op in LINEAGE_OPS for r in records):
         return  # nothing a capture could hold (`true`): the recorder finds that too
     from roar_core import capture as capture_mod
     from roar_core.classification import PathFilter

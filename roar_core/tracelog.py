@@ -32,6 +32,11 @@ OP_NAMES = {
     19: "dup",
 }
 OP = {name: code for code, name in OP_NAMES.items()}
+# The operations classification makes lineage of: on files, and programs run.  A task
+# without any (a Ray task that computes in memory) has nothing to classify or hash.
+LINEAGE_OPS = frozenset(OP[n] for n in (
+    "open", "close", "rename", "link", "symlink", "unlink", "truncate", "mkdir", "rmdir",
+    "exec", "spawn"))
 
 RF_STAT = 0x1
 RF_EXISTED = 0x2

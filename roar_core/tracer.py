@@ -6,6 +6,8 @@ from __future__ import annotations
 import functools
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,6 +114,9 @@ class Shim:
         lib.roar_process_tag.restype = ctypes.c_int
         lib.roar_flush.restype = ctypes.c_int
         lib.roar_thread_ignore.restype = ctypes.c_int
+        self._unignore = getattr(lib, "roar_thread_unignore", None)  # an older shim: none
+        if self._unignore is not None:
+            self._unignore.restype = ctypes.c_int
         lib.roar_dropped.restype = ctypes.c_uint64
         lib.roar_version.restype = ctypes.c_int
         lib.roar_active.restype = ctypes.c_int
@@ -130,6 +135,18 @@ class Shim:
     def ignore_thread(self) -> None:
         """This thread is roar's own: its file operations are never recorded."""
         self._lib.roar_thread_ignore()
+
+    @contextmanager
+    def ignoring(self) -> Iterator[None]:
+        """This thread's file operations are not recorded within the block (roar's own
+        work on a task's thread, as the task ends)."""
+        if self._unignore is None:
+            raise RuntimeError("this shim cannot ignore a thread for a while")
+        self._lib.roar_thread_ignore()
+        try:
+            yield
+        finally:
+            self._unignore()
 
     def flush(self) -> bool:
         return self._lib.roar_flush() == 0

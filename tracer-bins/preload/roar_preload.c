@@ -1813,6 +1813,13 @@ EXPORT int roar_thread_ignore(void) {
     return 0;
 }
 
+/* Undo one roar_thread_ignore: roar's work done briefly on a task's own thread (the
+ * versions taken as a task ends) is ignored for that long only. */
+EXPORT int roar_thread_unignore(void) {
+    if (t_busy > 0) t_busy--;
+    return 0;
+}
+
 /* The process's own tag, used by threads outside any task (NULL clears it). */
 EXPORT int roar_process_tag(const char *tag) {
     if (tag && cstrlen(tag) > ROAR_MAX_TAG) return -1;
