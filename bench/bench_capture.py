@@ -114,32 +114,29 @@ def bench_capture(reps: int, tmp: Path, big: bool) -> None:
     # A fresh session per rep: the capture classifies and hashes what the command left.
     print(f"\n== 2. capture at a task's end: classify + hash (median of {reps}) ==")
     for label, n, script in cases:
-        runs = []
-        for rep in range(reps):
-            work, session = traced_session(tmp, script, f"{n}-{rep}")
-            t0 = time.perf_counter()
-            handoff.capture(cfg, session)
-            runs.append(time.perf_counter() - t0)
-            shutil.rmtree(work)
-            shutil.rmtree(session)
-        t = statistics.median(runs)
+        t = timed_capture(cfg, tmp, script, f"{n}", reps)
         per = f"{t / n * 1e6:7.1f} us/file" if n else ""
         print(f"  {label:<22} {t * 1e3:8.1f} ms per task  {per}")
     if big:
-        runs = []
-        for rep in range(max(3, reps // 3)):
-            # 1 GiB of distinct blocks (the page cache holds it, as right after a write).
-            work, session = traced_session(
-                tmp, "head -c 1048576 /dev/urandom > b; i=0; while [ $i -lt 1024 ]; "
-                "do cat b; i=$((i+1)); done > big.bin; rm b", f"big-{rep}")
-            t0 = time.perf_counter()
-            handoff.capture(cfg, session)
-            runs.append(time.perf_counter() - t0)
-            shutil.rmtree(work)
-            shutil.rmtree(session)
-        t = statistics.median(runs)
+        # 1 GiB of distinct blocks (the page cache holds it, as right after a write).
+        t = timed_capture(cfg, tmp, "head -c 1048576 /dev/urandom > b; i=0; while [ $i -lt "
+                          "1024 ]; do cat b; i=$((i+1)); done > big.bin; rm b", "big",
+                          max(3, reps // 3))
         print(f"  {'one 1 GiB output':<22} {t * 1e3:8.1f} ms per task  "
               f"{GIB / t / 1e9:5.2f} GB/s")
+
+
+def timed_capture(cfg: config.Config, tmp: Path, script: str, name: str, reps: int) -> float:
+    """Median seconds of `handoff.capture` of a fresh traced run of `script`, per rep."""
+    runs = []
+    for rep in range(reps):
+        work, session = traced_session(tmp, script, f"{name}-{rep}")
+        t0 = time.perf_counter()
+        handoff.capture(cfg, session)
+        runs.append(time.perf_counter() - t0)
+        shutil.rmtree(work)
+        shutil.rmtree(session)
+    return statistics.median(runs)
 
 
 def main() -> None:

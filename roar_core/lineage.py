@@ -200,6 +200,14 @@ def may_infer(size: int | None, min_size: int | None) -> bool:
     return min_size is not None and size is not None and size >= min_size
 
 
+def _producer_of_read(candidates: list[Candidate], read: Any, reader: RunNode,
+                      min_size: int | None) -> Candidate | None:
+    """The producer `reader`'s read (an access row: uri, size) is linked to."""
+    return pick_producer(candidates, uri=read.uri, consumer_run_id=reader.run_id,
+                         consumer_started_at=reader.started_at,
+                         other_paths=may_infer(read.size, min_size))
+
+
 def _link(graph: LineageGraph, artifact: ArtifactNode, prod: Candidate) -> None:
     """`prod` made `artifact`'s content: an output edge, through an inferred one when it
     wrote it under another path."""
@@ -269,13 +277,7 @@ def upstream(conn: Connection, key: str, depth: int | None,
             consumer = frontier[inp.task_run_id]
             prod = None
             if inp.digest is not None:
-                prod = pick_producer(
-                    candidates[inp.digest],
-                    uri=inp.uri,
-                    consumer_run_id=consumer.run_id,
-                    consumer_started_at=consumer.started_at,
-                    other_paths=may_infer(inp.size, min_size),
-                )
+                prod = _producer_of_read(candidates[inp.digest], inp, consumer, min_size)
             artifact = ArtifactNode(inp.uri, inp.digest)
             graph.edges.add(Edge(graph.add_artifact(artifact), consumer.id, "input"))
             if prod is None or not expand:
@@ -330,13 +332,7 @@ def downstream(conn: Connection, key: str, depth: int | None,
             if read not in frontier and r.digest not in any_path:
                 # Read under another path: the frontier's version only if it is the
                 # producer this reader's content is inferred from.
-                prod = pick_producer(
-                    candidates[r.digest],
-                    uri=r.uri,
-                    consumer_run_id=run.run_id,
-                    consumer_started_at=run.started_at,
-                    other_paths=may_infer(r.size, min_size),
-                )
+                prod = _producer_of_read(candidates[r.digest], r, run, min_size)
                 made = ArtifactNode(prod.uri, r.digest) if prod is not None else None
                 if made is None or made == read or made not in frontier:
                     continue
