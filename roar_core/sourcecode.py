@@ -1,8 +1,9 @@
 """Where a task's code came from: the git repository, commit and path of each code file.
 
-Looked up with `git` when a task is recorded (never on a task's path), once per directory
-for the repository and commit (a worker records many tasks of one checkout), and once per
-task for whether the files differ from that commit.  A file outside any work tree, or a
+Looked up with `git` when a task is recorded (never on a task's path): the work tree and its
+remote once per directory (a worker records many tasks of one checkout), the commit, branch
+and whether the files differ from it once per task and work tree (a long-lived recorder
+sees the commits made meanwhile).  A file outside any work tree, or a
 machine without git, simply has no location.  Credentials in a remote's URL never leave:
 the user-info part is dropped.
 """
@@ -57,34 +58,58 @@ def strip_credentials(url: str) -> str:
 
 
 @functools.lru_cache(maxsize=256)
-def repo_of(directory: str) -> Repo | None:
-    out = _git(directory, "rev-parse", "--show-toplevel", "HEAD", "--abbrev-ref", "HEAD")
+def _work_tree(directory: str) -> tuple[str, str] | None:
+    """(root, url) of the work tree holding `directory`: where it is does not change, so
+    it is looked up once per directory."""
+    top = _git(directory, "rev-parse", "--show-toplevel")
+    if not top:
+        return None
+    remote = _git(top, "config", "--get", "remote.origin.url")
+    return top, strip_credentials(remote) if remote else "file://" + top
+
+
+def _state(top: str, url: str, rels: list[str]) -> tuple[Repo, set[str]] | None:
+    """The work tree's commit and branch now, and which of `rels` differ from it,
+    in one `git status`: a long-lived recorder sees the commits made since its last task."""
+    out = _git(top, "status", "--porcelain=v2", "--branch", "-z", "--", *rels)
     if out is None:
         return None
-    lines = out.splitlines()
-    if len(lines) != 3:
+    commit = branch = None
+    changed: set[str] = set()
+    fields = iter(out.split("\0"))
+    for f in fields:
+        kind, _, rest = f.partition(" ")
+        if kind == "#":
+            key, _, value = rest.partition(" ")
+            if key == "branch.oid":
+                commit = value
+            elif key == "branch.head" and value != "(detached)":
+                branch = value
+        elif kind in ("1", "u"):  # changed (or unmerged): its path is the last field
+            changed.add(rest.split(" ", 7 if kind == "1" else 9)[-1])
+        elif kind == "2":  # renamed: the path, then the path it came from
+            changed.add(rest.split(" ", 8)[-1])
+            next(fields, None)
+        elif kind == "?":
+            changed.add(rest)
+    if commit is None or commit == "(initial)":
         return None
-    top, commit, branch = lines
-    remote = _git(top, "config", "--get", "remote.origin.url")
-    url = strip_credentials(remote) if remote else "file://" + top
-    return Repo(top, commit, url, None if branch == "HEAD" else branch)
+    return Repo(top, commit, url, branch), changed
 
 
 def versions(files: list[tuple[str, str]]) -> list[CodeVersion]:
     """(path, digest) of a task's code files -> where each is in git."""
-    by_repo: dict[Repo, list[tuple[str, str, str]]] = defaultdict(list)
+    by_tree: dict[tuple[str, str], list[tuple[str, str, str]]] = defaultdict(list)
     out: dict[str, CodeVersion] = {}
     for path, digest in files:
-        repo = repo_of(os.path.dirname(path))
-        if repo is None:
+        tree = _work_tree(os.path.dirname(path))
+        if tree is None:
             out[path] = CodeVersion(path, digest)
         else:
-            by_repo[repo].append((path, digest, os.path.relpath(path, repo.top)))
-    for repo, found in by_repo.items():
-        # One status per repository and task: what differs from the commit now.
-        status = _git(repo.top, "status", "--porcelain", "--", *(rel for _, _, rel in found))
-        changed = {line[3:] for line in status.splitlines()} if status else set()
+            by_tree[tree].append((path, digest, os.path.relpath(path, tree[0])))
+    for (top, url), found in by_tree.items():
+        state = _state(top, url, [rel for _, _, rel in found])
         for path, digest, rel in found:
-            out[path] = CodeVersion(path, digest, repo, rel,
-                                    None if status is None else rel in changed)
+            out[path] = (CodeVersion(path, digest) if state is None else
+                         CodeVersion(path, digest, state[0], rel, rel in state[1]))
     return [out[p] for p, _ in files]

@@ -229,3 +229,30 @@ def test_a_tasks_code_goes_out_with_its_git_commit_and_digest(cli: Cli) -> None:
     (first,) = completes(cli, "clean")
     assert first["job"]["facets"]["roar_code"]["files"][0]["digest"] == b3(
         b"open('out.txt', 'w').write('made by step.py\\n')\n")
+
+
+def test_a_long_lived_recorder_sees_each_new_commit_of_a_tasks_code(tmp_path: Path) -> None:
+    """One process records many tasks (a Ray node's or Airflow worker's recorder): each gets
+    the commit its code is at then, not the first one seen."""
+    from roar_core import sourcecode
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                              cwd=tmp_path, check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    git("init", "-q")
+    script = tmp_path / "step 1.py"  # a space: paths are read from git's NUL-separated output
+    got = []
+    for body in ("v1\n", "v2\n"):
+        script.write_text(body)
+        git("add", "-A")
+        git("commit", "-q", "-m", body)
+        (v,) = sourcecode.versions([(str(script), b3(body.encode()))])
+        got.append((v.repo.commit, v.repo_path, v.dirty))
+        script.write_text(body + "# edited\n")
+        (v,) = sourcecode.versions([(str(script), "blake3:" + "0" * 64)])
+        assert (v.repo.commit, v.dirty) == (got[-1][0], True)
+    assert got[0][0] != got[1][0]
+    assert [c for c, _, _ in got] == [got[0][0], git("rev-parse", "HEAD")]
+    assert [(p, d) for _, p, d in got] == [("step 1.py", False)] * 2
