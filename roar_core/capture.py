@@ -202,10 +202,8 @@ def hasher_for(cfg) -> Hasher:
     """A hasher with the stat cache of a `roar_core.config.Config` (closing it closes both)."""
     from roar_core.hashing import Hasher, StatCache
 
-    hasher = Hasher(StatCache(cfg.statcache_path), workers=cfg.hash_workers or None,
-                    native=cfg.native_hash)
-    hasher.owns_cache = True
-    return hasher
+    return Hasher(StatCache(cfg.statcache_path), workers=cfg.hash_workers or None,
+                  native=cfg.native_hash, owns_cache=True)
 
 
 # ---- in a long-lived traced worker ----------------------------------------------------------

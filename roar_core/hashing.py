@@ -152,6 +152,7 @@ class Hasher:
         use_mmap: bool = True,
         racy_window_ns: int = RACY_WINDOW_NS,
         native: bool = True,
+        owns_cache: bool = False,
     ) -> None:
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
@@ -164,7 +165,7 @@ class Hasher:
         self.native = native
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
-        self.owns_cache = False  # close() closes the cache too
+        self.owns_cache = owns_cache  # close() closes the cache too
         reset_after_fork(self)
 
     def _after_fork_in_child(self) -> None:
