@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from roar_core.attribution import UNATTRIBUTED
+from roar_core.store_records import StoreError
 
 if TYPE_CHECKING:  # the writing side stays light: workers import only this module
     from roar_core.api import Roar
@@ -346,15 +347,16 @@ class Follower:
         f.dead = not self._alive(j.pid, j.start)  # before reading: no line can come later
         begun += j.read_more()
         for entry in begun:
-            if not entry.started:
+            if not entry.started and entry.outcome is None:
                 self._start(f, entry)
 
     def _ready(self, f: _Followed, begun: list[Entry]) -> list[
             tuple[_Followed, Entry, TaskOutcome]]:
-        """The tasks of `f` to record now, with their outcomes; STARTs of `begun` first."""
+        """The tasks of `f` to record now, with their outcomes; STARTs of `begun` that
+        have not ended first (an ended task's START goes in with its end: one commit)."""
         j = f.journal
         for entry in begun:
-            if not entry.started:
+            if not entry.started and entry.outcome is None:
                 self._start(f, entry)
         ready = j.unrecorded() if f.dead else [e for e in j.entries.values()
                                               if e.outcome is not None and not e.recorded]
@@ -388,18 +390,27 @@ class Follower:
         outcome.dropped += t.dropped
         result = None
         try:
-            if not entry.started:
-                self._start(f, entry)
             captured = None
             if entry.captured is not None:
                 from roar_core.capture import from_dict
 
                 captured = from_dict(entry.captured)
-            result = self.roar.recorder.record(entry.meta, outcome, t.records,
-                                               captured=captured)
+            try:
+                result = self.roar.recorder.record(entry.meta, outcome, t.records,
+                                                   captured=captured, start=not entry.started)
+            except StoreError:
+                # Its START may be stored already: by a follower that died before marking
+                # it in the journal.  Else the error stands.
+                if entry.started or self.roar.store.task_run(entry.meta.run_id) is None:
+                    raise
+                result = self.roar.recorder.record(entry.meta, outcome, t.records,
+                                                   captured=captured)
         except Exception as e:  # lineage of one task lost, never the follower
+            if not entry.started:
+                self._start(f, entry)  # its START at least, as a task that began
             log.error("roar: lineage of task %s (%s) lost: %s", entry.meta.job_name,
                       entry.meta.run_id, e)
+        entry.started = True
         entry.recorded = True
         f.mark({"r": entry.meta.run_id})
         del f.journal.entries[entry.meta.run_id]  # a long-lived worker runs many tasks

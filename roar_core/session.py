@@ -161,6 +161,29 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def yield_cpu(nice: int = 19) -> None:
+    """Make the calling process (a background recorder) give the CPU to the tasks first.
+
+    Nice alone does not do it: the recorder runs in a session of its own, and with the
+    kernel's autogroup scheduling (on by default) a session gets an equal share of the CPU
+    against every other session, whatever its processes' nice values, so a nice 19
+    recorder still took half a saturated node from the engine's session.  The session's
+    own nice value (/proc/self/autogroup) is what weighs against the others.  Nice, not
+    SCHED_IDLE: on a node that is always busy the lineage must still make progress."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
+    except OSError:
+        pass
+    try:
+        with open("/proc/self/autogroup", "w") as f:
+            f.write(str(nice))
+    except OSError:  # no autogroup here (or not allowed): nice is what there is
+        pass
+
+
+_MTIME_TICK_NS = 50_000_000  # coarser than any file system's timestamp tick
+
+
 class SessionCollector:
     """Incremental reader of a session's logs.  Logs of processes still running are read
     up to their last committed record; the rest is picked up by the next collect()."""
@@ -189,7 +212,42 @@ class SessionCollector:
         self._dropped: dict[str, int] = defaultdict(int)
         self.errors: list[str] = []
         self._lock = threading.Lock()
+        # With a root pid (a long-lived worker reading its tree once per task): the live
+        # logs stay mapped, and the directory is listed again only when it changed.
+        self._live: dict[Path, tracelog.LiveLog] = {}
+        self._listed: tuple[int, list[Path]] | None = None  # (directory mtime, tree's logs)
 
+    def _tree_logs(self) -> list[Path]:
+        """Our tree's logs.  A new log is a new directory entry, which changes the
+        directory's mtime; a listing is reused while that mtime is unchanged and older
+        than a file system's timestamp tick (a file created within the tick of the
+        listing could keep the same mtime)."""
+        try:
+            mtime = os.stat(self.directory).st_mtime_ns
+        except OSError:
+            mtime = -1
+        listed = self._listed
+        if listed is None or listed[0] != mtime or time.time_ns() - mtime < _MTIME_TICK_NS:
+            listed = self._listed = (mtime, self._in_tree(
+                tracelog.log_files(self.directory, self._since, self._root_pid)))
+        return listed[1]
+
+    def _read(self, path: Path, start: int, final: bool) -> tracelog.TraceLog:
+        live = self._live.pop(path, None) if final else self._live.get(path)
+        if final or self._tree is None:
+            if live is not None:
+                live.close()
+            return tracelog.read_log(path, start=start, final=final)
+        if live is None:
+            live = self._live[path] = tracelog.LiveLog(path)
+        return live.read(start)
+
+    def close(self) -> None:
+        """Unmap the logs kept mapped (a worker's, at its exit)."""
+        with self._lock:
+            for live in self._live.values():
+                live.close()
+            self._live.clear()
 
     def _in_tree(self, paths: list[Path]) -> list[Path]:
         """The logs of processes in our tree.  A log is ours when its process or its parent
@@ -227,8 +285,7 @@ class SessionCollector:
             if self._tree is None:
                 paths = tracelog.log_files(self.directory)
             else:
-                paths = self._in_tree(tracelog.log_files(self.directory, self._since,
-                                                         self._root_pid))
+                paths = self._tree_logs()
             for path in paths:
                 if path in self._finished:
                     continue
@@ -238,7 +295,7 @@ class SessionCollector:
                     if head is None and settle:
                         head = tracelog.read_header(path)
                     final = head is not None and not pid_alive(head.pid)
-                    log = tracelog.read_log(path, start=start, final=final)
+                    log = self._read(path, start, final)
                     if final:
                         self._finished.add(path)
                 except tracelog.TraceLogError as e:

@@ -208,28 +208,73 @@ def read_log(path: str | os.PathLike, start: int = 0, final: bool = True) -> Tra
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            if size < HEADER_SIZE:
-                raise TraceLogError(
-                    f"{path}: not a roar trace log (file too short: {size} bytes)"
-                )
+            _check_size(path, size)
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                header = _header(buf, path)
-                # The file may have been cut (copied, disk full): never read past it.
-                end = min(header.reserved, size - HEADER_SIZE)
-                log = TraceLog(path, header, next_offset=start)
-                last_torn = False
-                for off, rec in _records(buf, end, start, final):
-                    log.next_offset = off
-                    last_torn = rec is None
-                    if last_torn:
-                        log.torn += 1
-                    else:
-                        log.records.append(rec)
-                if final and not last_torn and log.next_offset < header.reserved:
-                    log.torn += 1  # the file was cut short at a record boundary
-                return log
+                return _parse(path, buf, size, start, final)
     except OSError as e:
-        raise TraceLogError(f"{path}: cannot read trace log ({e.strerror or e})") from None
+        raise _unreadable(path, e) from None
+
+
+def _check_size(path: Path, size: int) -> None:
+    if size < HEADER_SIZE:
+        raise TraceLogError(f"{path}: not a roar trace log (file too short: {size} bytes)")
+
+
+def _unreadable(path: Path, e: OSError) -> TraceLogError:
+    return TraceLogError(f"{path}: cannot read trace log ({e.strerror or e})")
+
+
+def _parse(path: Path, buf: mmap.mmap, size: int, start: int, final: bool) -> TraceLog:
+    header = _header(buf, path)
+    # The file may have been cut (copied, disk full): never read past it.
+    end = min(header.reserved, size - HEADER_SIZE)
+    log = TraceLog(path, header, next_offset=start)
+    last_torn = False
+    for off, rec in _records(buf, end, start, final):
+        log.next_offset = off
+        last_torn = rec is None
+        if last_torn:
+            log.torn += 1
+        else:
+            log.records.append(rec)
+    if final and not last_torn and log.next_offset < header.reserved:
+        log.torn += 1  # the file was cut short at a record boundary
+    return log
+
+
+class LiveLog:
+    """A log kept open and mapped between incremental reads: a long-lived process reads
+    its own log once per task, where an open, a map and an unmap each time cost more than
+    the few records it finds.  The mapping follows the file as the shim extends it."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        try:
+            self._f = open(self.path, "rb")
+        except OSError as e:
+            raise _unreadable(self.path, e) from None
+        self._map: mmap.mmap | None = None
+        self._size = 0
+
+    def read(self, start: int = 0) -> TraceLog:
+        """What the process has committed since `start` (as read_log with final=False)."""
+        try:
+            size = os.fstat(self._f.fileno()).st_size
+            if self._map is None or size != self._size:
+                _check_size(self.path, size)
+                if self._map is not None:
+                    self._map.close()
+                self._map = mmap.mmap(self._f.fileno(), 0, access=mmap.ACCESS_READ)
+                self._size = size
+        except OSError as e:
+            raise _unreadable(self.path, e) from None
+        return _parse(self.path, self._map, size, start, False)
+
+    def close(self) -> None:
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+        self._f.close()
 
 
 def read_header(path: str | os.PathLike) -> LogHeader:
@@ -239,7 +284,7 @@ def read_header(path: str | os.PathLike) -> LogHeader:
         with open(path, "rb") as f:
             return _header(f.read(_HEADER.size), path)
     except OSError as e:
-        raise TraceLogError(f"{path}: cannot read trace log ({e.strerror or e})") from None
+        raise _unreadable(path, e) from None
 
 
 def log_files(session_dir: str | os.PathLike, since_mono_ns: int | None = None,

@@ -203,3 +203,47 @@ def test_tasks_of_a_node_are_recorded_in_the_order_they_ended(roar, tmp_path):
               (roar.config.home / "openlineage" / "events.jsonl").read_text().splitlines()]
     completes = [e["job"]["name"] for e in events if e["eventType"] == "COMPLETE"]
     assert completes == ["split", "combine"]
+
+
+def test_an_ended_task_is_started_and_ended_once_even_after_a_follower_died(roar, tmp_path):
+    """A task whose end is read with its begin is stored in one commit (START and end);
+    one whose START an earlier follower stored but did not mark (it died in between) is
+    ended, not refused as a duplicate, and neither event is sent twice."""
+    import json
+    import socket
+    from datetime import datetime, timedelta, timezone
+
+    session = tmp_path / "node"
+    session.mkdir()
+    t0 = datetime.now(timezone.utc)
+    pid, host = 300, socket.gethostname()
+    lines: list[dict] = [{"v": journal.VERSION, "pid": pid, "start": 1, "host": host,
+                          "common": {}}]
+    ids = []
+    for n in range(2):
+        run_id = f"0190a000-0000-7000-8000-{n:012d}"
+        ids.append(run_id)
+        lines.append({"b": {"run_id": run_id, "engine": "test", "namespace": "ns",
+                            "job_name": f"t{n}", "engine_task_id": str(n), "attempt": 0,
+                            "parent_run_id": None, "command": None, "host": host,
+                            "pid": pid, "node_id": None, "traced": True,
+                            "untraced_reason": None, "workflow": None,
+                            "engine_version": None, "started_at": t0.isoformat()},
+                      "lifetime": False})
+        lines.append({"e": run_id, "s": "COMPLETE",
+                      "t": (t0 + timedelta(seconds=n + 1)).isoformat(), "x": None, "m": None})
+    path = session / f"{journal.PREFIX}{pid}-1{journal.SUFFIX}"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    earlier = journal.JournalFile.open(path)
+    roar.recorder.started(earlier.entries[ids[0]].meta)  # then that follower died
+
+    follower = journal.Follower(roar, session, alive=lambda pid, start: True)
+    assert follower.poll() == 2
+    assert {r.run_id: r.status for r in roar.store.task_runs(None)} == {
+        ids[0]: "COMPLETE", ids[1]: "COMPLETE"}
+    roar.spool.flush(10)
+    events = [json.loads(line) for line in
+              (roar.config.home / "openlineage" / "events.jsonl").read_text().splitlines()]
+    for run_id in ids:
+        assert [e["eventType"] for e in events if e["run"]["runId"] == run_id] == [
+            "START", "COMPLETE"]

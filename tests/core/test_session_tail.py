@@ -181,3 +181,51 @@ def test_losses_before_a_task_began_are_not_its_own(tmp_path: Path) -> None:
     collector.collect()
     t = collector.take("T")
     assert b"c.txt" in {os.path.basename(r.path) for r in t.records} and t.dropped == 0
+
+
+TASKS_IN_ONE_WORKER = r"""
+import json, os, subprocess, sys, time
+from pathlib import Path
+from roar_core import tracer
+from roar_core.session import SessionCollector
+
+session, data = Path(sys.argv[1]), sys.argv[2]
+shim = tracer.loaded()
+collector = SessionCollector(session, root_pid=os.getpid(), since_mono_ns=time.monotonic_ns())
+found = {}
+for i in range(40):
+    tag = f"t{i}"
+    shim.begin(tag)
+    if i % 3 == 2:  # a child process does this task's I/O: its log is new
+        subprocess.run(["/bin/sh", "-c", f"echo x > {data}/child{i}"], check=True)
+    else:
+        open(f"{data}/own{i}", "w").close()
+    shim.end()
+    with shim.ignoring():
+        collector.collect(live=True)
+        found[tag] = sorted({os.path.basename(r.path).decode() for r in
+                             collector.take(tag).records if r.op_name == "open"})
+collector.close()
+print(json.dumps(found))
+"""
+
+
+def test_a_worker_reading_its_tree_per_task_finds_each_new_childs_log(tmp_path: Path) -> None:
+    """A long-lived worker lists the directory again only when it changed: tasks in quick
+    succession (within one timestamp tick) alternate between I/O of their own and I/O of
+    a child process, whose log is new; every task gets its own file, never another's."""
+    _usable()
+    import json
+    import subprocess
+    import sys
+
+    session, data = tmp_path / "s", tmp_path / "d"
+    session.mkdir()
+    data.mkdir()
+    out = subprocess.run([sys.executable, "-c", TASKS_IN_ONE_WORKER, str(session), str(data)],
+                         env=tracer.preload_env(session), capture_output=True, text=True,
+                         check=True)
+    found = json.loads(out.stdout)
+    for i in range(40):
+        want = f"child{i}" if i % 3 == 2 else f"own{i}"
+        assert found[f"t{i}"] == [want], (i, found[f"t{i}"])

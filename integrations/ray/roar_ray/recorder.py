@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from roar_core import journal
-from roar_core.session import lock_held
+from roar_core.session import lock_held, yield_cpu
 
 LOCK = "recorder.lock"
 ENDING = "job-ending"  # written at the end of the job: actors dying now simply ended
@@ -118,10 +118,7 @@ def main(argv: list[str]) -> int:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         return 0  # another one follows this directory
-    try:  # nice 19, not SCHED_IDLE: busy nodes must not starve lineage forever
-        os.setpriority(os.PRIO_PROCESS, 0, 19)
-    except OSError:
-        pass
+    yield_cpu()
     import json
     import logging
 
@@ -138,13 +135,14 @@ def main(argv: list[str]) -> int:
     follower = Follower(roar, node_dir, lifetime_status=lambda: (
         "COMPLETE" if ending.exists() else "ABORT"))
     idle_since = time.monotonic()
-    status, status_tmp = node_dir / STATUS, node_dir / (STATUS + ".tmp")
+    # Rewritten in place, padded to one length, never renamed over: a new entry in the
+    # directory would make every worker there list it again for its next task.
+    status = os.open(node_dir / STATUS, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         while True:
             began = time.time()
             recorded = follower.poll()
-            status_tmp.write_text(repr(began))
-            os.replace(status_tmp, status)
+            os.pwrite(status, f"{began:<24.6f}".encode(), 0)
             if recorded:
                 idle_since = time.monotonic()
                 continue
@@ -155,6 +153,7 @@ def main(argv: list[str]) -> int:
                 idle_since = time.monotonic()
             time.sleep(0.05)
     finally:
+        os.close(status)
         roar.close(timeout=30)
 
 
