@@ -271,8 +271,9 @@ class Hasher:
             small = []
         for i in range(0, len(small), _BATCH):
             collect(self._hash_many(small[i : i + _BATCH], before))
-        for future in as_completed(futures):
-            collect(future.result())
+        if futures:  # as_completed() of nothing still costs a lock and a waiter
+            for future in as_completed(futures):
+                collect(future.result())
         self._store(fresh)
         return results
 

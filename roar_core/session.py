@@ -313,9 +313,10 @@ class SessionCollector:
                     # with it: only those not charged yet (a log without new records
                     # keeps them for its next read).
                     total = log.header.dropped
-                    log.header = dataclasses.replace(
-                        log.header, dropped=max(0, total - self._charged.get(path, 0)))
-                    self._charged[path] = total
+                    if total:
+                        log.header = dataclasses.replace(
+                            log.header, dropped=max(0, total - self._charged.get(path, 0)))
+                        self._charged[path] = total
                     logs.append(log)
             for tag, events in attribute(logs).items():
                 self._pending[tag].extend(events.records)

@@ -117,6 +117,8 @@ class Spool:
         self._sent_total = 0
         self._failing = False
         self._hold_logged = False
+        self._failures = 0  # send_some: consecutive failed passes
+        self._retry_at = 0.0  # send_some: no pass before then (time.monotonic)
         self._init_process_state()
         ref = weakref.ref(self)
         atexit.register(_at_exit, ref)
@@ -203,6 +205,25 @@ class Spool:
                     break
             time.sleep(delay)
         return FlushResult(self._sent_total - before, self.pending())
+
+    def send_some(self, timeout: float) -> None:
+        """Deliver from the caller's thread, for at most `timeout` s, never sleeping: after a
+        failed pass, calls until its backoff has run out return at once.  For a process
+        whose main loop records and sends in turn (start=False): a sender thread beside a
+        recording thread costs both, in CPython, a wait for the GIL at every SQLite call
+        and file write (measured: 2.0 ms of CPU per short task recorded and sent, against
+        1.1 ms in turn)."""
+        now = time.monotonic()
+        if now < self._retry_at:
+            return
+        outcome = self._pass(now + timeout)
+        if outcome in (_Outcome.FAILED, _Outcome.BUSY):
+            self._failures += 1
+            self._retry_at = time.monotonic() + self._backoff(self._failures)
+        else:
+            self._failures = 0
+            self._retry_at = (time.monotonic() + self._idle_rescan
+                              if outcome is _Outcome.HOLD else 0.0)
 
     def pending(self) -> int:
         """Events spooled (by any process) and not yet delivered."""

@@ -28,6 +28,7 @@ LOCK = "recorder.lock"
 ENDING = "job-ending"  # written at the end of the job: actors dying now simply ended
 LOG = "recorder.log"
 STATUS = "recorder.status"  # when the last completed pass began (time.time())
+SEND_S = 1.0  # at most this long sending events between two passes
 IDLE_EXIT_S = 5.0  # with every journal done: how long to wait for a new worker first
 _SPAWN_LOCK = threading.Lock()
 
@@ -130,7 +131,8 @@ def main(argv: list[str]) -> int:
     job = _env.job_context(os.environ)
     raw = os.environ.get(_env.SETTINGS_VAR)
     cfg = _env.load_config(_env.check_settings(json.loads(raw) if raw else None), job)
-    roar = Roar(cfg, internal=argv[1:])
+    # It sends the events itself, between passes (Spool.send_some): no sender thread.
+    roar = Roar(cfg, internal=argv[1:], send=False)
     ending = node_dir / ENDING
     follower = Follower(roar, node_dir, lifetime_status=lambda: (
         "COMPLETE" if ending.exists() else "ABORT"))
@@ -143,6 +145,8 @@ def main(argv: list[str]) -> int:
             began = time.time()
             recorded = follower.poll()
             os.pwrite(status, f"{began:<24.6f}".encode(), 0)
+            if roar.spool is not None:
+                roar.spool.send_some(SEND_S)
             if recorded:
                 idle_since = time.monotonic()
                 continue
