@@ -34,8 +34,9 @@ import json
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -278,30 +279,55 @@ class Follower:
 
     def __init__(self, roar: Roar, directory: str | os.PathLike, *,
                  lifetime_status: Callable[[], str] = lambda: "ABORT",
-                 alive: Callable[[int, int], bool] = process_alive):
+                 alive: Callable[[int, int], bool] = process_alive,
+                 sync_every: float = 0.0):
+        """`sync_every`: while passes keep finding tasks, sync the spool at most this often
+        (seconds; 0: after every pass).  An idle pass, and `sync()`, sync at once."""
         self.roar = roar
         self.directory = Path(directory)
         self.lifetime_status = lifetime_status
         self._alive = alive
+        self.sync_every = sync_every
         self._host = socket.gethostname()
         self._files: dict[Path, _Followed] = {}
         self._foreign: set[Path] = set()
+        # Since the last sync: the spool's open batch, and the journals whose marks wait
+        # on it (a task is marked recorded only once its events are durable).
+        self._window: ExitStack | None = None
+        self._window_since = 0.0
+        self._unsynced: dict[Path, _Followed] = {}
 
     def poll(self) -> int:
         """One pass; returns how many tasks it recorded (lineage, not STARTs).  Everything
-        journaled before the pass began is recorded when it returns."""
-        batch = self.roar.spool.batch() if self.roar.spool is not None else nullcontext()
+        journaled before the pass began is recorded when it returns (durable and marked in
+        the journals at the next sync)."""
+        if self._window is None:
+            self._window = ExitStack()
+            if self.roar.spool is not None:  # one fsync of the spool per window
+                self._window.enter_context(self.roar.spool.batch())
+            self._window_since = time.monotonic()
         followed: list[_Followed] = []
+        done = 0
         try:
-            with batch:  # one fsync of the spool per pass, not two per task
-                done = self._pass(followed)
+            done = self._pass(followed)
         finally:
-            # Marked in the journals only once their events are durable.
             for f in followed:
-                f.flush_marks()
-            for f in [f for f in followed if f.done]:
-                self._forget(f)
+                self._unsynced[f.journal.path] = f
+            if not done or time.monotonic() - self._window_since >= self.sync_every:
+                self.sync()
         return done
+
+    def sync(self) -> None:
+        """Make what the passes since the last sync spooled durable, then mark it."""
+        window, self._window = self._window, None
+        if window is not None:
+            window.close()
+        unsynced, self._unsynced = list(self._unsynced.values()), {}
+        for f in unsynced:
+            f.flush_marks()
+        for f in unsynced:
+            if f.done and self._files.get(f.journal.path) is f:
+                self._forget(f)
 
     def _pass(self, followed: list[_Followed]) -> int:
         ready: list[tuple[_Followed, Entry, TaskOutcome]] = []

@@ -100,6 +100,10 @@ class SegmentWriter:
         with self._lock:
             self._deferred += 1
 
+    @property
+    def deferring(self) -> bool:
+        return self._deferred > 0
+
     def sync_deferred(self) -> None:
         """One fdatasync for everything written since `defer_sync` (raises OSError)."""
         with self._lock:
@@ -211,8 +215,10 @@ class Segment:
             problem = f"truncated record ({len(buf)} bytes, its writer is gone)"
             yield Record(last_t, self, buf_at, buf_at + len(buf), buf, problem)
 
-    def ack(self, offset: int) -> None:
-        append_synced(ack_path(self.path), b"%d\n" % offset)
+    def ack(self, offset: int, sync: bool = True) -> None:
+        """`sync=False`: durable against a killed process, not an OS crash (after which
+        the events it covers are sent again)."""
+        append_synced(ack_path(self.path), b"%d\n" % offset, sync)
         self.acked = offset
 
     def remove(self) -> None:
@@ -274,11 +280,12 @@ def read_ack(path: Path) -> int:
     return max((int(x) for x in data.split(b"\n")[:-1] if x.isdigit()), default=0)
 
 
-def append_synced(path: Path, data: bytes) -> None:
+def append_synced(path: Path, data: bytes, sync: bool = True) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     try:
         _write_all(fd, data)
-        os.fdatasync(fd)
+        if sync:
+            os.fdatasync(fd)
     finally:
         os.close(fd)
 
