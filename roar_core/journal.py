@@ -47,7 +47,8 @@ from roar_core.store_records import StoreError
 
 if TYPE_CHECKING:  # the writing side stays light: workers import only this module
     from roar_core.api import Roar
-    from roar_core.recorder import RecordedTask, TaskMeta, TaskOutcome
+    from roar_core.capture import Capture
+    from roar_core.recorder import EndedTask, RecordedTask, TaskMeta, TaskOutcome
 
 log = logging.getLogger(__name__)
 
@@ -358,11 +359,27 @@ class Follower:
         return self._record_in_order(ready)
 
     def _record_in_order(self, ready: list[tuple[_Followed, Entry, TaskOutcome]]) -> int:
-        done = 0
+        from roar_core.recorder import EndedTask
+
+        tasks = []
         for f, entry, outcome in sorted(ready, key=lambda r: r[2].ended_at):
-            if self._record(f, entry, outcome) is not None:
-                done += 1
-        return done
+            t = f.collector.take(entry.meta.run_id)
+            outcome.dropped += t.dropped
+            tasks.append((f, entry, EndedTask(entry.meta, outcome, t.records,
+                                              start=not entry.started)))
+        if len(tasks) > 1:  # one commit for all
+            try:
+                for _, entry, task in tasks:
+                    task.captured = _captured(entry)
+                recorded = self.roar.recorder.record_many([task for _, _, task in tasks])
+            except Exception as e:  # nothing of them stored: one by one, to lose none
+                log.info("roar: %d tasks not recorded at once (%s); one by one",
+                         len(tasks), e)
+            else:
+                for f, entry, _ in tasks:
+                    self._recorded(f, entry)
+                return len(recorded)
+        return sum(self._record(f, entry, task) is not None for f, entry, task in tasks)
 
     def pending(self) -> int:
         """Journals still followed (their processes alive, or not all recorded yet)."""
@@ -411,36 +428,40 @@ class Follower:
         entry.started = True
         f.mark({"started": entry.meta.run_id})
 
-    def _record(self, f: _Followed, entry: Entry, outcome: TaskOutcome) -> RecordedTask | None:
-        t = f.collector.take(entry.meta.run_id)
-        outcome.dropped += t.dropped
+    def _record(self, f: _Followed, entry: Entry, task: EndedTask) -> RecordedTask | None:
         result = None
         try:
-            captured = None
-            if entry.captured is not None:
-                from roar_core.capture import from_dict
-
-                captured = from_dict(entry.captured)
+            task.captured = _captured(entry)
             try:
-                result = self.roar.recorder.record(entry.meta, outcome, t.records,
-                                                   captured=captured, start=not entry.started)
+                result = self.roar.recorder.record(task.meta, task.outcome, task.records,
+                                                   captured=task.captured, start=task.start)
             except StoreError:
                 # Its START may be stored already: by a follower that died before marking
                 # it in the journal.  Else the error stands.
                 if entry.started or self.roar.store.task_run(entry.meta.run_id) is None:
                     raise
-                result = self.roar.recorder.record(entry.meta, outcome, t.records,
-                                                   captured=captured)
+                result = self.roar.recorder.record(task.meta, task.outcome, task.records,
+                                                   captured=task.captured)
         except Exception as e:  # lineage of one task lost, never the follower
             if not entry.started:
                 self._start(f, entry)  # its START at least, as a task that began
             log.error("roar: lineage of task %s (%s) lost: %s", entry.meta.job_name,
                       entry.meta.run_id, e)
-        entry.started = True
-        entry.recorded = True
+        self._recorded(f, entry)
+        return result
+
+    def _recorded(self, f: _Followed, entry: Entry) -> None:
+        entry.started = entry.recorded = True
         f.mark({"r": entry.meta.run_id})
         del f.journal.entries[entry.meta.run_id]  # a long-lived worker runs many tasks
-        return result
+
+
+def _captured(entry: Entry) -> Capture | None:
+    if entry.captured is None:
+        return None
+    from roar_core.capture import from_dict
+
+    return from_dict(entry.captured)
 
 
 class _Followed:

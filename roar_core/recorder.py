@@ -68,6 +68,17 @@ class TaskOutcome:
 
 
 @dataclass
+class EndedTask:
+    """A task to record (`Recorder.record_many`): as `Recorder.record`'s arguments."""
+
+    meta: TaskMeta
+    outcome: TaskOutcome
+    records: list[Record]
+    captured: Capture | None = None
+    start: bool = False  # its START is not stored yet: it goes in with its end
+
+
+@dataclass
 class RecordedTask:
     meta: TaskMeta
     outcome: TaskOutcome
@@ -239,10 +250,28 @@ class Recorder:
         `captured`: the task's versions, taken as it ended (`capture.capture`); without
         one they are taken now, so call this right as the task ends."""
         with gc_paused():
-            if start and self.spool is not None:
-                with self.spool.batch():
-                    return self._record(meta, outcome, records, untraceable, start, captured)
-            return self._record(meta, outcome, records, untraceable, start, captured)
+            task, events = self._stage(meta, outcome, records, untraceable, start, captured)
+            if self.spool is not None:
+                with self.spool.batch():  # its START and end: one sync
+                    for event in events:
+                        self.emit(event)
+            return task
+
+    def record_many(self, tasks: list[EndedTask]) -> list[RecordedTask]:
+        """Ended tasks, in one store commit, then their events, in order: for a recorder
+        catching up with many short tasks, where a commit each was most of the work (and
+        of the disk writes).  All or nothing: a failure (StoreError, or any other) stores
+        and sends none of them; record them one by one then (`record`)."""
+        with gc_paused():
+            # Hashed before the store's write lock is taken (a task without a capture).
+            captures = [t.captured or self.capture(t.meta, t.records) for t in tasks]
+            with self.store.batch():
+                staged = [self._stage(t.meta, t.outcome, t.records, None, t.start, c)
+                          for t, c in zip(tasks, captures, strict=True)]
+            for _, events in staged:
+                for event in events:
+                    self.emit(event)
+        return [task for task, _ in staged]
 
     def capture(self, meta: TaskMeta, records: list[Record]) -> Capture:
         """The task's file versions, now: for the process that marks a task's end."""
@@ -250,9 +279,10 @@ class Recorder:
             return capture_mod.capture(records, self.keep, self.hasher, declared=meta.declared,
                                        traced=meta.traced)
 
-    def _record(self, meta: TaskMeta, outcome: TaskOutcome, records: list[Record],
-                untraceable: list[str] | None, start: bool = False,
-                captured: Capture | None = None) -> RecordedTask:
+    def _stage(self, meta: TaskMeta, outcome: TaskOutcome, records: list[Record],
+               untraceable: list[str] | None, start: bool = False,
+               captured: Capture | None = None) -> tuple[RecordedTask, list]:
+        """Store the task; returns it and its events, to emit in order once stored."""
         # As begun: the trace may yet find the task untraced, which its end records.
         started = _task_run(meta) if start else None
         start_event = emission.start_event(lineage_of(meta)) if start and self.spool else None
@@ -301,15 +331,15 @@ class Recorder:
             traced=meta.traced, untraced_reason=meta.untraced_reason, accesses=accesses,
             started=started)
         inputs = self._input_datasets(recorded) if io.inputs else []
+        events = []
         if start_event is not None:
-            self.emit(start_event)
+            events.append(start_event)
         if self.spool is not None:
             # The inferred edges first: the copy has a producer before the task reads it.
-            for event in self._content_matches(meta, recorded):
-                self.emit(event)
+            events += self._content_matches(meta, recorded)
             make = {"COMPLETE": emission.complete_event, "FAIL": emission.fail_event,
                     "ABORT": emission.abort_event}[outcome.status]
             versions = sourcecode.versions(
                 [(c.path, "blake3:" + c.digest) for c in code]) if code else []
-            self.emit(make(lineage_of(meta, outcome, inputs, outputs, versions)))
-        return RecordedTask(meta, outcome, captured, inputs, outputs)
+            events.append(make(lineage_of(meta, outcome, inputs, outputs, versions)))
+        return RecordedTask(meta, outcome, captured, inputs, outputs), events

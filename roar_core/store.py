@@ -16,6 +16,7 @@ import itertools
 import os
 import random
 import sqlite3
+import threading
 import time
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
@@ -263,6 +264,7 @@ class Store:
         self._engine = engine
         self._writer = writer
         self._where = where
+        self._batch = threading.local()  # .conn: this thread's open batch, if any
 
     @classmethod
     def open(cls, url: str | None = None, home: Path | None = None) -> Store:
@@ -315,9 +317,35 @@ class Store:
         return f"Store({self._where!r})"
 
     @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Every call this thread makes inside is part of one transaction, committed at the
+        end: all of them or, on any error, none (then the caller makes them one by one).
+        Readers on this thread see the batch's writes, others see them at the commit.  A
+        recorder catching up with many short tasks commits once, not once a task
+        (SQLite: a commit per task wrote its few rows' pages, 16 KiB each, to the WAL)."""
+        if getattr(self._batch, "conn", None) is not None:
+            yield  # inside another batch: that one commits
+            return
+        try:
+            with self._writer.begin() as conn:
+                self._batch.conn = conn
+                try:
+                    yield
+                finally:
+                    self._batch.conn = None
+        except IntegrityError as exc:
+            raise StoreError(f"cannot record: {_one_line(exc)}") from exc
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot record in {self._where}: {_one_line(exc)}") from exc
+
+    @contextmanager
     def _transaction(self, what: str, *, write: bool) -> Iterator[Connection]:
         # Core connections, not ORM sessions: the unit-of-work machinery costs more than the
         # few statements each call runs, and every call is one short transaction anyway.
+        batch = getattr(self._batch, "conn", None)
+        if batch is not None:
+            yield batch  # an error fails the whole batch, which says so
+            return
         try:
             with (self._writer if write else self._engine).begin() as conn:
                 yield conn

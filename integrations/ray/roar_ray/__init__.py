@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 from roar_ray._env import enable, shell_exports
 
 if TYPE_CHECKING:
-    from roar_ray.driver import finish, runtime_env_hook
+    from roar_ray.driver import finish, flush, runtime_env_hook
     from roar_ray.plugin import RoarPlugin
 
-__all__ = ["RoarPlugin", "enable", "finish", "runtime_env_hook", "shell_exports"]
+__all__ = ["RoarPlugin", "enable", "finish", "flush", "runtime_env_hook", "shell_exports"]
 
 _LAZY = {"RoarPlugin": "roar_ray.plugin", "runtime_env_hook": "roar_ray.driver",
-         "finish": "roar_ray.driver"}
+         "finish": "roar_ray.driver", "flush": "roar_ray.driver"}
 
 
 def __getattr__(name: str) -> Any:

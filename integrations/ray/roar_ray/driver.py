@@ -10,6 +10,7 @@ registers the plugin for a local cluster that this `ray.init` is about to start.
 `finish` ends the job's lineage: each node drains its workers' pending recordings and
 recovers what dead workers left (a small task pinned to each node), then the job's run
 ends.  It runs at exit by itself, before Ray's own shutdown; tests and notebooks call it.
+`flush` waits for the nodes to record what ended so far, the job going on.
 """
 
 from __future__ import annotations
@@ -129,6 +130,7 @@ class DriverJob:
         ending = shutdown and status == "COMPLETE"
         try:
             self._drain_nodes(timeout, ending)
+            self._forget_links()
         except Exception as e:
             log.warning("roar: could not drain the nodes' pending lineage: %s", e)
         if shutdown:
@@ -188,11 +190,15 @@ class DriverJob:
                             result["node"], timeout)
         if pending:
             log.warning("roar: %d node(s) did not answer the lineage drain", len(pending))
+
+    def _forget_links(self) -> None:
+        """The parent links of nested tasks (see worker.py): no longer needed."""
+        import ray
         from ray.experimental.internal_kv import _internal_kv_del
 
-        # The parent links of nested tasks (see worker.py) are no longer needed.
-        _internal_kv_del(f"{self.run.run_id}:", del_by_prefix=True,
-                         namespace=_env.KV_NAMESPACE)
+        if ray.is_initialized():
+            _internal_kv_del(f"{self.run.run_id}:", del_by_prefix=True,
+                             namespace=_env.KV_NAMESPACE)
 
     def _warn_untraced(self) -> None:
         runs = self.roar.store.task_runs(self.run.run_id, limit=100_000)
@@ -217,6 +223,18 @@ def finish(status: str | None = None, *, timeout: float = 120.0, shutdown: bool 
         except Exception as e:  # lineage must never fail the user's program
             print(f"roar: ERROR: could not finish the lineage of Ray job "
                   f"{job.run.job_name}: {type(e).__name__}: {e}", file=sys.stderr)
+
+
+def flush(timeout: float = 120.0) -> None:
+    """Wait until every node has recorded the tasks that ended so far (in the store, their
+    events spooled); the job goes on.  For lineage to look at while the driver runs."""
+    with _lock:
+        jobs = list(_jobs)
+    for job in jobs:
+        try:
+            job._drain_nodes(timeout, ending=False)
+        except Exception as e:  # lineage must never fail the user's program
+            log.warning("roar: could not wait for the nodes' lineage: %s", e)
 
 
 def _at_exit() -> None:

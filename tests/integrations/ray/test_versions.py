@@ -73,3 +73,25 @@ def test_a_read_then_overwrite_by_the_next_task_keeps_the_version_read(ray_job):
     writes = sorted(ray_job.runs(store, ".write"), key=lambda r: r.started_at)
     assert [io_of(store, r.run_id)[1][path] for r in writes] == [
         b3(b"v1: the version the reader saw\n"), b3(b"v2, written right after\n")]
+
+
+def test_flush_records_what_ended_so_far_and_the_job_goes_on(ray_job):
+    """`roar_ray.flush()`: the tasks that ended are in the store (and their events out)
+    while the job runs; later tasks are recorded too."""
+    first = ray_job.data / "first.bin"
+    ray.get(write.remote(str(first), b"first version of the file"))
+    import roar_ray
+
+    roar_ray.flush(timeout=60)
+    store = ray_job.store()
+    (run,) = ray_job.runs(store, ".write")
+    assert run.status == "COMPLETE"
+    assert io_of(store, run.run_id)[1] == {str(first): b3(b"first version of the file")}
+    assert [e["eventType"] for e in ray_job.events()
+            if e["run"]["runId"] == run.run_id] == ["START", "COMPLETE"]
+    assert store.workflow_run(run.workflow_run_id).status == "RUNNING"  # the job goes on
+    second = ray_job.data / "second.bin"
+    ray.get(write.remote(str(second), b"second"))
+    ray_job.finish()
+    assert {r.status for r in ray_job.runs(store, ".write")} == {"COMPLETE"}
+    assert len(ray_job.runs(store, ".write")) == 2
