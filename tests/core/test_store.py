@@ -478,3 +478,28 @@ def test_unreachable_server_is_a_one_line_store_error() -> None:
         Store.open(url="postgresql://nobody:secret@127.0.0.1:1/none?connect_timeout=2")
     msg = str(info.value)
     assert "127.0.0.1:1/none" in msg and "secret" not in msg and "\n" not in msg
+
+
+def test_a_batch_is_one_commit_seen_by_its_own_readers_and_all_or_nothing(
+        store: Store, where: Where, tmp_path: Path) -> None:
+    """Many tasks' writes, one transaction: the batch's own reads see them, another
+    connection sees them at the commit; one failing write leaves none of them."""
+    f = str(tmp_path / "out.bin")
+    other = where.open()
+    try:
+        with store.batch():
+            writer = task(store, "writer", 0)
+            store.finish_task_run(writer, "COMPLETE", T0 + timedelta(minutes=1),
+                                  accesses=[Access(f, "output", D1)])
+            assert store.latest_version(f).producer_run_id == writer  # its own reader
+            assert other.task_run(writer) is None  # not committed yet
+        assert other.task_run(writer).status == "COMPLETE"
+        with pytest.raises(StoreError), store.batch():
+            reader = task(store, "reader", 2)
+            store.finish_task_run(reader, "COMPLETE", T0 + timedelta(minutes=3),
+                                  accesses=[Access(f, "input", D1)])
+            store.start_task_run(TaskRun(writer, "cli", "test", "duplicate", T0))  # exists
+        assert store.task_run(reader) is None  # nothing of the failed batch
+        assert [a.uri for a in store.accesses_of(writer)] == [f]
+    finally:
+        other.close()
