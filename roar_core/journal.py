@@ -269,6 +269,49 @@ def _died(j: JournalFile, entry: Entry, lifetime_status: str) -> TaskOutcome:
     return outcome
 
 
+class CausalOrder:
+    """Keeps a workflow run's recorders on several nodes (one store) in causal order: a
+    consumer's events never go out before those of the producer of its input, recorded
+    on another node.
+
+    The producer ended before the consumer began.  Each recorder publishes its mark
+    (`advance`): every task of its own that ended before it is recorded and its events
+    delivered.  A recorder records a task once every other live recorder's mark has
+    passed the task's start (`horizon`).  A recorder that stopped saying it is alive
+    (`stale_s`) is no longer waited for, and no task waits longer than `hold_max_s`.
+    Assumes the nodes' clocks agree to better than the time between a producer's end and
+    its consumer's start."""
+
+    def __init__(self, store, workflow_run_id: str, me: str, *, stale_s: float = 10.0,
+                 hold_max_s: float = 10.0):
+        self.store, self.workflow_run_id, self.me = store, workflow_run_id, me
+        self.stale_s, self.hold_max_s = stale_s, hold_max_s
+        self._failed = False  # said once; the others stop waiting for us after stale_s
+
+    def advance(self, mark: datetime, done: bool = False) -> None:
+        try:
+            self.store.set_recorder_mark(self.workflow_run_id, self.me, mark, done)
+        except Exception as e:
+            self._fail(e)
+
+    def horizon(self) -> datetime | None:
+        """The others' earliest mark (None: no other live recorder)."""
+        try:
+            marks = self.store.recorder_marks(self.workflow_run_id)
+        except Exception as e:
+            self._fail(e)
+            return None
+        now = datetime.now(timezone.utc)
+        live = [m.mark for m in marks if m.recorder != self.me and not m.done
+                and (now - m.alive_at).total_seconds() < self.stale_s]
+        return min(live, default=None)
+
+    def _fail(self, e: Exception) -> None:
+        if not self._failed:
+            self._failed = True
+            log.warning("roar: recorders of other nodes not kept in order: %s", e)
+
+
 class Follower:
     """Records the tasks that other processes journal in `directory`, from this process.
 
@@ -281,10 +324,15 @@ class Follower:
     def __init__(self, roar: Roar, directory: str | os.PathLike, *,
                  lifetime_status: Callable[[], str] = lambda: "ABORT",
                  alive: Callable[[int, int], bool] = process_alive,
-                 sync_every: float = 0.0):
+                 sync_every: float = 0.0, order: CausalOrder | None = None):
         """`sync_every`: while passes keep finding tasks, sync the spool at most this often
-        (seconds; 0: after every pass).  An idle pass, and `sync()`, sync at once."""
+        (seconds; 0: after every pass).  An idle pass, and `sync()`, sync at once.
+        `order`: other recorders of the same workflow run (other nodes) to keep behind."""
         self.roar = roar
+        self.order = order
+        # The earliest end among the tasks the last pass held back for `order` (None:
+        # none): this recorder's own mark must not pass it.
+        self.held_from: datetime | None = None
         self.directory = Path(directory)
         self.lifetime_status = lifetime_status
         self._alive = alive
@@ -361,8 +409,12 @@ class Follower:
     def _record_in_order(self, ready: list[tuple[_Followed, Entry, TaskOutcome]]) -> int:
         from roar_core.recorder import EndedTask
 
+        ordered = sorted(ready, key=lambda r: r[2].ended_at)
+        self.held_from = None
+        if self.order is not None and ordered:
+            ordered = self._hold(ordered)
         tasks = []
-        for f, entry, outcome in sorted(ready, key=lambda r: r[2].ended_at):
+        for f, entry, outcome in ordered:
             t = f.collector.take(entry.meta.run_id)
             outcome.dropped += t.dropped
             tasks.append((f, entry, EndedTask(entry.meta, outcome, t.records,
@@ -380,6 +432,27 @@ class Follower:
                     self._recorded(f, entry)
                 return len(recorded)
         return sum(self._record(f, entry, task) is not None for f, entry, task in tasks)
+
+    def _hold(self, ordered: list[tuple[_Followed, Entry, TaskOutcome]]) -> list[
+            tuple[_Followed, Entry, TaskOutcome]]:
+        """The tasks to record now: not those that began after the other recorders' mark
+        (one of them may yet record a producer of their inputs, which ended before they
+        began), unless held for `order.hold_max_s` already."""
+        assert self.order is not None
+        horizon = self.order.horizon()
+        if horizon is None:
+            return ordered
+        now = datetime.now(timezone.utc)
+        keep = []
+        for f, entry, outcome in ordered:
+            if entry.meta.started_at > horizon and (
+                    now - outcome.ended_at).total_seconds() < self.order.hold_max_s:
+                f.done = False  # its journal stays: the task is recorded by a later pass
+                if self.held_from is None:
+                    self.held_from = outcome.ended_at
+                continue
+            keep.append((f, entry, outcome))
+        return keep
 
     def pending(self) -> int:
         """Journals still followed (their processes alive, or not all recorded yet)."""

@@ -74,6 +74,7 @@ from roar_core.store_schema import (
     AccessRow,
     ArtifactRow,
     FileVersionRow,
+    RecorderMarkRow,
     TaskRunRow,
     WorkflowRunRow,
 )
@@ -208,7 +209,7 @@ def _normalize_url(url: str) -> URL:
 # The revision `roar_core/migrations/` ends at (a test keeps the two equal).  Checked before
 # Alembic is imported: every process that opens the store would otherwise pay ~0.1 s of
 # imports to learn that there is nothing to migrate.
-SCHEMA_HEAD = "0002"
+SCHEMA_HEAD = "0003"
 
 
 def _alembic_config() -> Any:
@@ -502,6 +503,22 @@ class Store:
                 row.last_seen_at,
             )
 
+    # -- recorder marks (cross-node causal order) -----------------------------------------------
+
+    def set_recorder_mark(self, workflow_run_id: str, recorder: str, mark: datetime,
+                          done: bool = False) -> None:
+        """`recorder` has recorded (and delivered) every task of its own that ended before
+        `mark`; `done`: it has exited."""
+        check_aware(mark, "mark")
+        with self._transaction(f"cannot record the mark of {recorder}", write=True) as conn:
+            conn.execute(_SET_MARK, {"workflow_run_id": workflow_run_id, "recorder": recorder,
+                                     "mark": mark, "alive_at": _utcnow(), "done": done})
+
+    def recorder_marks(self, workflow_run_id: str) -> list[RecorderMark]:
+        with self._transaction("cannot query recorder marks", write=False) as conn:
+            rows = conn.execute(select(_MARKS).where(_MARKS.c.workflow_run_id == workflow_run_id))
+            return [RecorderMark(r.recorder, r.mark, r.alive_at, r.done) for r in rows]
+
     def workflow_run(self, run_id: str) -> WorkflowRunRecord | None:
         with self._transaction("cannot query workflow runs", write=False) as conn:
             row = conn.execute(
@@ -584,6 +601,7 @@ class Store:
 
 
 _TASK_RUNS = TaskRunRow.__table__
+_MARKS = RecorderMarkRow.__table__
 _WORKFLOW_RUNS = WorkflowRunRow.__table__
 _VERSIONS = FileVersionRow.__table__
 
@@ -610,6 +628,17 @@ def _upsert(table: Table, conflict: str) -> TextClause:
     return text(
         f"INSERT INTO {table.name} ({names}) VALUES ({values}) ON CONFLICT {conflict}"
     ).bindparams(*(bindparam(c.name, type_=c.type) for c in cols))
+
+
+_SET_MARK = _upsert(_MARKS, "(workflow_run_id, recorder) DO UPDATE SET mark = excluded.mark,"
+                   " alive_at = excluded.alive_at, done = excluded.done")
+
+
+class RecorderMark(NamedTuple):
+    recorder: str
+    mark: datetime
+    alive_at: datetime
+    done: bool
 
 
 # Past a few hundred rows a longer statement gains nothing (measured: 500 and 1000 rows per

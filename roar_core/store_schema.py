@@ -184,3 +184,19 @@ class AccessRow(Base):
     dataset_name: Mapped[str] = mapped_column(Text)
     # Why `digest` is None: the version the task opened or left could not be hashed then.
     version_note: Mapped[str | None] = mapped_column(Text)
+
+
+class RecorderMarkRow(Base):
+    """How far each recorder of a workflow run has got: every task of its own that ended
+    before `mark` is recorded and its events delivered.  Recorders of other nodes read it
+    to record a task only after whatever could have produced its inputs."""
+
+    __tablename__ = "recorder_marks"
+
+    workflow_run_id: Mapped[str] = mapped_column(
+        String(36), ForeignKey("workflow_runs.run_id", ondelete="CASCADE"), primary_key=True
+    )
+    recorder: Mapped[str] = mapped_column(String(255), primary_key=True)
+    mark: Mapped[datetime]
+    alive_at: Mapped[datetime]  # when it last said so: a dead recorder stops being waited for
+    done: Mapped[bool] = mapped_column(Boolean)  # exited: nothing more will come from it

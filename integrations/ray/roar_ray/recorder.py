@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from roar_core.session import lock_held, yield_cpu
 LOCK = "recorder.lock"
 ENDING = "job-ending"  # written at the end of the job: actors dying now simply ended
 LOG = "recorder.log"
-STATUS = "recorder.status"  # when the last completed pass began (time.time())
+STATUS = "recorder.status"  # when the last pass that held nothing back began (time.time())
 SEND_S = 1.0  # at most this long sending events between two passes
 SEND_EVERY_S = 0.25  # while tasks keep ending: events sent in batches, each with fixed costs
 # While tasks keep ending, the spool is synced once a second, not once a pass: on a
@@ -74,7 +75,7 @@ def _spawn(node_dir: Path, internal: list[str]) -> None:
 
 
 def status_time(node_dir: Path) -> float:
-    """When the recorder's last completed pass began (0: none yet)."""
+    """When the recorder's last pass that recorded all it found began (0: none yet)."""
     try:
         return float((node_dir / STATUS).read_text())
     except (OSError, ValueError):
@@ -132,7 +133,7 @@ def main(argv: list[str]) -> int:
     import logging
 
     from roar_core.api import Roar
-    from roar_core.journal import Follower, journal_paths
+    from roar_core.journal import CausalOrder, Follower, journal_paths
     from roar_ray import _env
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
@@ -142,21 +143,29 @@ def main(argv: list[str]) -> int:
     # It sends the events itself, between passes (Spool.send_some): no sender thread.
     roar = Roar(cfg, internal=argv[1:], send=False)
     ending = node_dir / ENDING
+    # The job's other nodes' recorders: a consumer's events after its producer's.
+    order = CausalOrder(roar.store, job["run_id"], node_dir.name) if job else None
     follower = Follower(roar, node_dir, lifetime_status=lambda: (
-        "COMPLETE" if ending.exists() else "ABORT"), sync_every=SYNC_S)
+        "COMPLETE" if ending.exists() else "ABORT"), sync_every=SYNC_S, order=order)
     idle_since = time.monotonic()
     # Rewritten in place, padded to one length, never renamed over: a new entry in the
     # directory would make every worker there list it again for its next task.
     status = os.open(node_dir / STATUS, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    next_send = 0.0
+    next_send = next_mark = 0.0
     try:
         while True:
             began = time.time()
             recorded = follower.poll()
-            os.pwrite(status, f"{began:<24.6f}".encode(), 0)
-            if roar.spool is not None and (not recorded or began >= next_send):
-                roar.spool.send_some(SEND_S)
+            if follower.held_from is None:  # all that ended before `began` is recorded
+                os.pwrite(status, f"{began:<24.6f}".encode(), 0)
+            if not recorded or began >= next_send:
+                # Everything recorded so far out of the spool: our mark can move on.
+                sent = roar.spool.send_some(SEND_S) if roar.spool is not None else True
                 next_send = began + SEND_EVERY_S
+                if order is not None and sent and began >= next_mark:
+                    mark = datetime.fromtimestamp(began, timezone.utc)
+                    order.advance(min(mark, follower.held_from or mark))
+                    next_mark = began + SEND_EVERY_S
             if recorded:
                 idle_since = time.monotonic()
                 # Passes at least PASS_S apart: a pass has fixed costs (journals, logs and
@@ -172,6 +181,10 @@ def main(argv: list[str]) -> int:
     finally:
         follower.sync()
         os.close(status)
+        if roar.spool is not None:
+            roar.spool.flush(30)
+        if order is not None:
+            order.advance(datetime.now(timezone.utc), done=True)
         roar.close(timeout=30)
 
 

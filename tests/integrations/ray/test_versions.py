@@ -95,3 +95,65 @@ def test_flush_records_what_ended_so_far_and_the_job_goes_on(ray_job):
     ray_job.finish()
     assert {r.status for r in ray_job.runs(store, ".write")} == {"COMPLETE"}
     assert len(ray_job.runs(store, ".write")) == 2
+
+
+@ray.remote(num_cpus=0)
+def where() -> str:
+    return ray.get_runtime_context().get_node_id()
+
+
+def _recorder_of(node_id: str) -> int:
+    import os
+
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"roar_ray.recorder" in argv and any(a.endswith(node_id.encode()) for a in argv):
+            return int(pid)
+    raise AssertionError(f"no recorder for node {node_id}")
+
+
+def test_a_consumer_on_another_node_goes_out_after_its_producer(ray_job):
+    """The producer's node records late (its recorder stopped for 3 s); the consumer's
+    node holds the consumer back until then: its COMPLETE is never delivered first."""
+    import os
+    import signal
+    import time
+
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU")]
+    assert len(nodes) == 2
+
+    def on(fn, node):
+        return fn.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
+
+    a, b = nodes
+    assert ray.get([on(where, a).remote(), on(write, b).remote(
+        str(ray_job.data / "warm"), b"warm")])[0] == a  # both nodes' recorders up
+    ray.get(on(write, a).remote(str(ray_job.data / "warm-a"), b"warm"))
+    time.sleep(1.0)  # each has said how far it got
+    recorder_a = _recorder_of(a)
+    os.kill(recorder_a, signal.SIGSTOP)
+    try:
+        made, copy = ray_job.data / "made.bin", ray_job.data / "copy.bin"
+        ray.get(on(write, a).remote(str(made), b"the producer's output, long enough" * 4))
+        data = ray.get(on(read, b).remote(str(made)))
+        ray.get(on(write, b).remote(str(copy), data))
+        time.sleep(3.0)  # node b's recorder has had every chance to record its tasks
+    finally:
+        os.kill(recorder_a, signal.SIGCONT)
+    ray_job.finish()
+    completes = [e for e in ray_job.events() if e["eventType"] == "COMPLETE"]
+    for e in completes:
+        validate_event(e)
+
+    def first(job: str, dataset: str) -> int:
+        return next(i for i, e in enumerate(completes) if e["job"]["name"].endswith(job)
+                    and any(d["name"].endswith(dataset)
+                            for d in e.get("inputs", []) + e.get("outputs", [])))
+
+    assert first(".write", "made.bin") < first(".read", "made.bin")
