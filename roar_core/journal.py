@@ -333,6 +333,7 @@ class Follower:
         # The earliest end among the tasks the last pass held back for `order` (None:
         # none): this recorder's own mark must not pass it.
         self.held_from: datetime | None = None
+        self._horizon = datetime.min.replace(tzinfo=timezone.utc)  # the others' mark, seen
         self.directory = Path(directory)
         self.lifetime_status = lifetime_status
         self._alive = alive
@@ -439,13 +440,15 @@ class Follower:
         (one of them may yet record a producer of their inputs, which ended before they
         began), unless held for `order.hold_max_s` already."""
         assert self.order is not None
-        horizon = self.order.horizon()
+        late = [entry.meta.started_at for _, entry, _ in ordered]
+        horizon = self.order.horizon() if late and max(late) > self._horizon else None
         if horizon is None:
             return ordered
+        self._horizon = horizon
         now = datetime.now(timezone.utc)
         keep = []
         for f, entry, outcome in ordered:
-            if entry.meta.started_at > horizon and (
+            if entry.meta.started_at > horizon and self._unproduced_input(entry) and (
                     now - outcome.ended_at).total_seconds() < self.order.hold_max_s:
                 f.done = False  # its journal stays: the task is recorded by a later pass
                 if self.held_from is None:
@@ -453,6 +456,16 @@ class Follower:
                 continue
             keep.append((f, entry, outcome))
         return keep
+
+    def _unproduced_input(self, entry: Entry) -> bool:
+        """Did the task read content whose producer is not in the store (yet)?  Only
+        such a task can be a consumer recorded before its producer; one that read nothing,
+        or only recorded outputs, never waits."""
+        if entry.captured is None:
+            return True  # what it read is unknown yet: as if it read such content
+        digests = {v[1] for v in entry.captured["v_inputs"] if v[1]}
+        start = entry.meta.started_at
+        return any(self.roar.store.producer_of(d, started_by=start) is None for d in digests)
 
     def pending(self) -> int:
         """Journals still followed (their processes alive, or not all recorded yet)."""

@@ -104,6 +104,11 @@ class SegmentWriter:
     def deferring(self) -> bool:
         return self._deferred > 0
 
+    def position(self) -> tuple[Path | None, int]:
+        """This process's segment and how much of it is written so far."""
+        with self._lock:
+            return self.path, self._size
+
     def sync_deferred(self) -> None:
         """One fdatasync for everything written since `defer_sync` (raises OSError)."""
         with self._lock:

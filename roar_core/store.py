@@ -460,12 +460,15 @@ class Store:
 
     # -- queries ------------------------------------------------------------------------------
 
-    def producer_of(self, digest: str, exclude_run: str | None = None) -> ProducedFile | None:
-        """The latest recorded output with this content (any path), or None."""
+    def producer_of(self, digest: str, exclude_run: str | None = None,
+                    started_by: datetime | None = None) -> ProducedFile | None:
+        """The latest recorded output with this content (any path), or None.
+        `started_by`: of a run that had started by then (a reader's start)."""
         digest = canonical_digest(digest)
         with self._transaction("cannot query producers", write=False) as conn:
             cands = _lineage.producer_candidates(conn, [digest])[digest]
-            prod = _lineage.pick_producer(cands, consumer_run_id=exclude_run)
+            prod = _lineage.pick_producer(cands, consumer_run_id=exclude_run,
+                                          consumer_started_at=started_by)
         if prod is None:
             return None
         ns, name = dataset_identity(prod.uri)

@@ -135,7 +135,10 @@ def test_a_consumer_on_another_node_goes_out_after_its_producer(ray_job):
     assert ray.get([on(where, a).remote(), on(write, b).remote(
         str(ray_job.data / "warm"), b"warm")])[0] == a  # both nodes' recorders up
     ray.get(on(write, a).remote(str(ray_job.data / "warm-a"), b"warm"))
-    time.sleep(1.0)  # each has said how far it got
+    import roar_ray
+
+    roar_ray.flush(timeout=60)  # both recorders started (a loaded machine: seconds)
+    time.sleep(1.0)  # and each has said how far it got
     recorder_a = _recorder_of(a)
     os.kill(recorder_a, signal.SIGSTOP)
     try:
