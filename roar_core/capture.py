@@ -35,6 +35,7 @@ CHANGED_BY_TASK = "the task changed it before the version it read could be hashe
 CHANGED_AFTER_OPEN = "it changed after the task opened it"
 GONE = "it was gone before it could be hashed"
 UNSTABLE = "it kept changing while it was hashed"
+CHANGED_AFTER_END = "it changed after the task ended, before it could be hashed"
 
 
 class Version(NamedTuple):
@@ -132,6 +133,16 @@ def _opened_versions(read: list[FileAccess], hashes: dict[bytes, HashResult],
                        else GONE if a.state is None else CHANGED_AFTER_OPEN)
                 found[a.path] = Version(None, st.size, st, why)
     return found
+
+
+def taken_late(c: Capture, ended_ns: int) -> Capture:
+    """A capture taken after its task ended (its process was killed; an engine that does
+    not wait for lineage): an output whose inode changed after the end (ctime: a clock
+    that never runs ahead) has an unknown version, never the later content."""
+    for path, v in c.outputs.items():
+        if v.digest is not None and v.state is not None and v.state.ctime_ns > ended_ns:
+            c.outputs[path] = Version(None, v.size, v.state, CHANGED_AFTER_END)
+    return c
 
 
 # ---- as JSON, for a recorder in another process ---------------------------------------------

@@ -91,6 +91,10 @@ class RecordedTask:
         return self.captured.io
 
 
+def _ns(t: datetime) -> int:
+    return int(t.timestamp()) * 1_000_000_000 + t.microsecond * 1000
+
+
 def now() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -264,7 +268,8 @@ class Recorder:
         and sends none of them; record them one by one then (`record`)."""
         with gc_paused():
             # Hashed before the store's write lock is taken (a task without a capture).
-            captures = [t.captured or self.capture(t.meta, t.records) for t in tasks]
+            captures = [t.captured or capture_mod.taken_late(
+                self.capture(t.meta, t.records), _ns(t.outcome.ended_at)) for t in tasks]
             with self.store.batch():
                 staged = [self._stage(t.meta, t.outcome, t.records, None, t.start, c)
                           for t, c in zip(tasks, captures, strict=True)]
@@ -286,8 +291,9 @@ class Recorder:
         # As begun: the trace may yet find the task untraced, which its end records.
         started = _task_run(meta) if start else None
         start_event = emission.start_event(lineage_of(meta)) if start and self.spool else None
-        if captured is None:
-            captured = self.capture(meta, records)
+        if captured is None:  # taken now, after the task ended
+            captured = capture_mod.taken_late(self.capture(meta, records),
+                                              _ns(outcome.ended_at))
         io, decl = captured.io, meta.declared
         if untraceable:
             io.untraceable.extend(untraceable)

@@ -195,3 +195,37 @@ def test_finalize_records_the_held_starts_of_running_tasks(project):
         assert roar.finalize(timeout=10)
         assert roar.store.task_run(meta.run_id).status == "RUNNING"
         assert spooled_kinds(roar, meta.run_id) == ["START"]
+
+
+def test_an_output_hashed_after_its_task_ended_is_unknown_if_it_changed_since(project):
+    """A task recorded after it ended, without a capture taken at its end (its process was
+    killed; an engine that does not wait): an output another process rewrote since is not
+    given the new content's digest but an unknown version; one left alone keeps its own."""
+    import os
+
+    from roar_core import tracer
+    from roar_core.recorder import now
+    from roar_core.session import SessionCollector
+
+    root, roar = project
+    if not tracer.status().usable:
+        pytest.skip(tracer.status().reason)
+    session = root / "session"
+    session.mkdir()
+    meta = roar.begin_task("late", "test")
+    subprocess.run(["sh", "-c", "echo mine > kept.txt; echo mine > rewritten.txt"],
+                   env=tracer.preload_env(session, tag=meta.run_id), check=True)
+    ended = now()
+    time.sleep(0.05)
+    (root / "rewritten.txt").write_text("the next task's content\n")
+    os.utime(root / "rewritten.txt")
+    roar.end_task(meta, source=roar.collector_source(SessionCollector(session)), wait=True,
+                  ended_at=ended)
+    outs = {a.uri: a for a in roar.store.accesses_of(meta.run_id) if a.role == "output"}
+    assert outs[str(root / "kept.txt")].digest == "blake3:" + b3(b"mine\n")
+    late = outs[str(root / "rewritten.txt")]
+    assert late.digest is None and "changed after the task ended" in late.note
+    roar.spool.flush(10)
+    (out,) = [d for d in complete_of(events(roar.config.home), meta.run_id)["outputs"]
+              if d["name"].endswith("rewritten.txt")]
+    assert "roar_unknownVersion" in out["facets"] and "version" not in out["facets"]
