@@ -239,9 +239,10 @@ def _record_session(roar, d: Path, collector=None):
                               datetime.fromisoformat(done.ended_at), rc, error, dropped)
     # Taken by the runner as the command ended; without it (a runner that died, or
     # `run --wait`, which records right away) the versions are taken now.
-    captured = None
     if (d / CAPTURE).exists() and meta.traced:
         captured = capture_mod.from_json((d / CAPTURE).read_text())
+    else:
+        captured = roar.recorder.capture_late(meta, outcome, records)
     roar.recorder.started(meta)
     recorded = roar.recorder.record(meta, outcome, records, captured=captured)
     shutil.rmtree(d, ignore_errors=True)

@@ -423,7 +423,7 @@ class Follower:
         if len(tasks) > 1:  # one commit for all
             try:
                 for _, entry, task in tasks:
-                    task.captured = _captured(entry)
+                    task.captured = self._captured(entry, task)
                 recorded = self.roar.recorder.record_many([task for _, _, task in tasks])
             except Exception as e:  # nothing of them stored: one by one, to lose none
                 log.info("roar: %d tasks not recorded at once (%s); one by one",
@@ -517,7 +517,7 @@ class Follower:
     def _record(self, f: _Followed, entry: Entry, task: EndedTask) -> RecordedTask | None:
         result = None
         try:
-            task.captured = _captured(entry)
+            task.captured = self._captured(entry, task)
             try:
                 result = self.roar.recorder.record(task.meta, task.outcome, task.records,
                                                    captured=task.captured, start=task.start)
@@ -536,18 +536,20 @@ class Follower:
         self._recorded(f, entry)
         return result
 
+    def _captured(self, entry: Entry, task: EndedTask) -> Capture:
+        """Taken by the worker as the task ended; else (it died first) taken now."""
+        if entry.captured is None:
+            return self.roar.recorder.capture_late(task.meta, task.outcome, task.records)
+        from roar_core.capture import from_dict
+
+        return from_dict(entry.captured)
+
     def _recorded(self, f: _Followed, entry: Entry) -> None:
         entry.started = entry.recorded = True
         f.mark({"r": entry.meta.run_id})
         del f.journal.entries[entry.meta.run_id]  # a long-lived worker runs many tasks
 
 
-def _captured(entry: Entry) -> Capture | None:
-    if entry.captured is None:
-        return None
-    from roar_core.capture import from_dict
-
-    return from_dict(entry.captured)
 
 
 class _Followed:

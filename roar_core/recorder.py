@@ -268,8 +268,7 @@ class Recorder:
         and sends none of them; record them one by one then (`record`)."""
         with gc_paused():
             # Hashed before the store's write lock is taken (a task without a capture).
-            captures = [t.captured or capture_mod.taken_late(
-                self.capture(t.meta, t.records), _ns(t.outcome.ended_at)) for t in tasks]
+            captures = [t.captured or self.capture(t.meta, t.records) for t in tasks]
             with self.store.batch():
                 staged = [self._stage(t.meta, t.outcome, t.records, None, t.start, c)
                           for t, c in zip(tasks, captures, strict=True)]
@@ -284,6 +283,12 @@ class Recorder:
             return capture_mod.capture(records, self.keep, self.hasher, declared=meta.declared,
                                        traced=meta.traced)
 
+    def capture_late(self, meta: TaskMeta, outcome: TaskOutcome,
+                     records: list[Record]) -> Capture:
+        """The versions of a task that ended a while ago, with nobody there to take them
+        (its runner or worker died): an output changed since its end is unknown."""
+        return capture_mod.taken_late(self.capture(meta, records), _ns(outcome.ended_at))
+
     def _stage(self, meta: TaskMeta, outcome: TaskOutcome, records: list[Record],
                untraceable: list[str] | None, start: bool = False,
                captured: Capture | None = None) -> tuple[RecordedTask, list]:
@@ -291,9 +296,8 @@ class Recorder:
         # As begun: the trace may yet find the task untraced, which its end records.
         started = _task_run(meta) if start else None
         start_event = emission.start_event(lineage_of(meta)) if start and self.spool else None
-        if captured is None:  # taken now, after the task ended
-            captured = capture_mod.taken_late(self.capture(meta, records),
-                                              _ns(outcome.ended_at))
+        if captured is None:
+            captured = self.capture(meta, records)
         io, decl = captured.io, meta.declared
         if untraceable:
             io.untraceable.extend(untraceable)

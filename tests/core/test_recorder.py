@@ -198,13 +198,14 @@ def test_finalize_records_the_held_starts_of_running_tasks(project):
 
 
 def test_an_output_hashed_after_its_task_ended_is_unknown_if_it_changed_since(project):
-    """A task recorded after it ended, without a capture taken at its end (its process was
-    killed; an engine that does not wait): an output another process rewrote since is not
-    given the new content's digest but an unknown version; one left alone keeps its own."""
+    """A task recorded after it ended, without a capture taken at its end (its runner or
+    worker died first: the CLI's and the journal follower's late path): an output another
+    process rewrote since is not given the new content's digest but an unknown version;
+    one left alone keeps its own."""
     import os
 
     from roar_core import tracer
-    from roar_core.recorder import now
+    from roar_core.recorder import TaskOutcome, now
     from roar_core.session import SessionCollector
 
     root, roar = project
@@ -219,8 +220,12 @@ def test_an_output_hashed_after_its_task_ended_is_unknown_if_it_changed_since(pr
     time.sleep(0.05)
     (root / "rewritten.txt").write_text("the next task's content\n")
     os.utime(root / "rewritten.txt")
-    roar.end_task(meta, source=roar.collector_source(SessionCollector(session)), wait=True,
-                  ended_at=ended)
+    collector = SessionCollector(session)
+    collector.collect(settle=True)
+    records = collector.take(meta.run_id).records
+    outcome = TaskOutcome("COMPLETE", ended)
+    late = roar.recorder.capture_late(meta, outcome, records)
+    roar.recorder.record(meta, outcome, records, captured=late)
     outs = {a.uri: a for a in roar.store.accesses_of(meta.run_id) if a.role == "output"}
     assert outs[str(root / "kept.txt")].digest == "blake3:" + b3(b"mine\n")
     late = outs[str(root / "rewritten.txt")]
