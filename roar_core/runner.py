@@ -178,8 +178,14 @@ def exit_like(returncode: int, *, finalize: bool = True) -> None:
     costs ~150 ms (a last full collection over every module's objects) for nothing."""
     if returncode < 0:
         sig = -returncode
-        signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
+        try:
+            if sig not in (signal.SIGKILL, signal.SIGSTOP):  # no handler can be set for those
+                signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+            os.kill(os.getpid(), sig)
+        except (OSError, ValueError):
+            pass
+        returncode = 128 + sig  # still here: a shell's status for a death by that signal
     if not finalize:
         os._exit(returncode & 0xFF)
     raise SystemExit(returncode)

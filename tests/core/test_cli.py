@@ -217,6 +217,13 @@ def test_exit_codes_signals_and_output_pass_through(tmp_path: Path) -> None:
     assert proc.returncode == -signal.SIGTERM
     assert b"killed by SIGTERM" in proc.stderr
 
+    # A death by SIGKILL (an OOM kill, for a scheduler) is passed on as such, as for
+    # SIGTERM: no traceback, not exit 1.  Without --wait too (the runner's own path).
+    for wait in (["--wait"], []):
+        proc = cli("run", *wait, "--", "sh", "-c", "kill -KILL $$")
+        assert proc.returncode == -signal.SIGKILL, proc.stderr
+        assert b"killed by SIGKILL" in proc.stderr and b"Traceback" not in proc.stderr
+
     proc = cli("run", "--wait", "--", "no-such-program-roar-test")
     assert proc.returncode == 127 and b"No such file or directory" in proc.stderr
 
@@ -289,6 +296,15 @@ def test_unknown_config_key_is_named_and_nothing_runs(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "unknown key 'namespce'" in one_error_line(proc)
     assert not (cli.cwd / "marker").exists()
+
+
+def test_a_config_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    cli = make_cli(tmp_path)
+    (cli.cwd / ".roar").mkdir()
+    (cli.cwd / ".roar" / "config.toml").write_bytes(b'namespace = "caf\xe9"\n')
+    proc = cli("show")
+    assert proc.returncode == 2
+    assert "not UTF-8" in one_error_line(proc) and "config.toml" in one_error_line(proc)
 
 
 def test_unwritable_store_fails_before_running(tmp_path: Path) -> None:
