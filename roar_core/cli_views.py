@@ -495,7 +495,7 @@ def check_hasher(cfg: config_mod.Config) -> Check:
         return "hashing", "ok", "in Python (native_hash is off)"
     if nativehash.load() is None:
         # Correct, only slower for many small files: a warning, not a failure.
-        return "hashing", "WARN", (f"in Python: {nativehash.library_path()} is missing "
+        return "hashing", "warn", (f"in Python: {nativehash.library_path()} is missing "
                                    "(reinstall with cargo on PATH to build it)")
     return "hashing", "ok", f"native batch hasher {nativehash.library_path()}"
 

@@ -203,6 +203,19 @@ def test_doctor_and_module_entry_point(pipeline: Cli) -> None:
     assert sorted(kinds) == ["COMPLETE"] * 4 + ["START"] * 4
 
 
+def test_doctor_says_when_the_native_hasher_is_missing(pipeline: Cli) -> None:
+    """A warning line for hashing (it falls back to Python), not a crash of doctor."""
+    script = ("import sys; from pathlib import Path; import roar_core.nativehash as n; "
+              "n.library_path = lambda: Path('/nonexistent/libroar_hashbatch.so'); "
+              "sys.argv = ['roar-core', 'doctor']; from roar_core.entry import main; main()")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=pipeline.cwd, env=pipeline.env,
+                          capture_output=True, timeout=60)
+    assert b"Traceback" not in proc.stderr, proc.stderr.decode()
+    status = {line.split()[0]: line.split()[1] for line in proc.stdout.decode().splitlines()}
+    assert status["hashing"] == "warn" and status["store"] == "ok"
+    assert b"/nonexistent/libroar_hashbatch.so is missing" in proc.stdout
+
+
 # ---- exit codes, signals, output --------------------------------------------------------------
 
 
