@@ -201,6 +201,11 @@ def from_dict(data: dict[str, Any]) -> Capture:
     return c
 
 
+def input_digests(data: dict[str, Any]) -> set[str]:
+    """The digests of the inputs in a capture's JSON form (`to_dict`), known versions only."""
+    return {v[1] for v in data["v_inputs"] if v[1]}
+
+
 def to_json(c: Capture) -> str:
     return json.dumps(to_dict(c))
 

@@ -440,8 +440,9 @@ class Follower:
         (one of them may yet record a producer of their inputs, which ended before they
         began), unless held for `order.hold_max_s` already."""
         assert self.order is not None
-        late = [entry.meta.started_at for _, entry, _ in ordered]
-        horizon = self.order.horizon() if late and max(late) > self._horizon else None
+        latest = max(entry.meta.started_at for _, entry, _ in ordered)
+        # The others' mark only grows: below the one last seen, nothing is held.
+        horizon = self.order.horizon() if latest > self._horizon else None
         if horizon is None:
             return ordered
         self._horizon = horizon
@@ -463,9 +464,11 @@ class Follower:
         or only recorded outputs, never waits."""
         if entry.captured is None:
             return True  # what it read is unknown yet: as if it read such content
-        digests = {v[1] for v in entry.captured["v_inputs"] if v[1]}
+        from roar_core.capture import input_digests
+
         start = entry.meta.started_at
-        return any(self.roar.store.producer_of(d, started_by=start) is None for d in digests)
+        return any(self.roar.store.producer_of(d, started_by=start) is None
+                   for d in input_digests(entry.captured))
 
     def pending(self) -> int:
         """Journals still followed (their processes alive, or not all recorded yet)."""
@@ -548,8 +551,6 @@ class Follower:
         entry.started = entry.recorded = True
         f.mark({"r": entry.meta.run_id})
         del f.journal.entries[entry.meta.run_id]  # a long-lived worker runs many tasks
-
-
 
 
 class _Followed:
