@@ -22,7 +22,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from roar_core import tracelog, tracer
-from roar_core.attribution import TaskEvents, attribute
+from roar_core.attribution import Context, TaskEvents, attribute
 from roar_core.config import Config
 
 
@@ -216,6 +216,10 @@ class SessionCollector:
         # logs stay mapped, and the directory is listed again only when it changed.
         self._live: dict[Path, tracelog.LiveLog] = {}
         self._listed: tuple[int, list[Path]] | None = None  # (directory mtime, tree's logs)
+        # What earlier reads said about processes and task windows: a task's system() or
+        # popen() child whose log is read in a later batch than its parent's task_begin
+        # is still that task's.
+        self._context = Context()
 
     def _tree_logs(self) -> list[Path]:
         """Our tree's logs.  A new log is a new directory entry, which changes the
@@ -318,7 +322,7 @@ class SessionCollector:
                             log.header, dropped=max(0, total - self._charged.get(path, 0)))
                         self._charged[path] = total
                     logs.append(log)
-            for tag, events in attribute(logs).items():
+            for tag, events in attribute(logs, context=self._context).items():
                 self._pending[tag].extend(events.records)
                 self._dropped[tag] += events.dropped
             return sum(len(log.records) for log in logs)

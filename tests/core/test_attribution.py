@@ -72,3 +72,28 @@ def test_context_carries_across_incremental_batches(tmp_path):
     assert later["solo"] == {"solo.out"}
     # Without the context the later batch cannot place them.
     assert "solo" not in outputs_by_tag(attribute(children))
+
+
+def test_a_collector_places_a_system_child_read_in_a_later_batch(tmp_path):
+    """SessionCollector keeps its attribution context between reads: a task's system()
+    child whose log is read after its parent's task_begin is still the task's (Ray's
+    follower dropped such children as nobody's)."""
+    from roar_core.session import SessionCollector
+
+    trace = run_script(tmp_path)
+    session = tmp_path / "s"
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    parents = {log.path.name for log in trace.logs
+               if any(r.op_name == "task_begin" for r in log.records)}
+    for log in trace.logs:
+        if log.path.name not in parents:
+            log.path.rename(aside / log.path.name)
+    collector = SessionCollector(session)
+    collector.collect(settle=True)  # the parent's log alone
+    for moved in aside.iterdir():
+        moved.rename(session / moved.name)
+    collector.collect(settle=True)  # the children's logs, now
+    solo = collector.take("solo")
+    names = {r.path.rsplit(b"/", 1)[-1] for r in solo.records if r.op_name == "open"}
+    assert b"solo.out" in names
