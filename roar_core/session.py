@@ -369,8 +369,13 @@ class SessionCollector:
         return t
 
 
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+_SI_KERNEL = 0x80  # si_code of a signal the kernel sent: a terminal's ^C, ^\, hang-up
+
+
 def _forward_signals(proc: subprocess.Popen) -> dict[int, object]:
-    """While the child runs, signals we receive are the child's (like a shell would)."""
+    """While the child runs, signals sent to us are the child's (as a shell's `exec`
+    would have them).  Used where they cannot be waited for (see _wait_forwarding)."""
     previous = {}
 
     def forward(signum, _frame):
@@ -380,9 +385,40 @@ def _forward_signals(proc: subprocess.Popen) -> dict[int, object]:
             pass
 
     if threading.current_thread() is threading.main_thread():
-        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        for s in _FORWARDED:
             previous[s] = signal.signal(s, forward)
     return previous
+
+
+def _sent_to_us_alone(info: signal.struct_siginfo) -> bool:
+    """Whether the child has not had this signal already.  A terminal's ^C goes to its
+    whole foreground process group, which the child shares with us (forwarding it made
+    two SIGINTs: a program cleaning up in `except KeyboardInterrupt` was killed by the
+    second); so does a signal that a process of our own group sent to the group.  The
+    rule sudo follows: relay only what a process outside our group sent."""
+    if info.si_code == _SI_KERNEL:
+        return False
+    try:
+        return os.getpgid(info.si_pid) != os.getpgrp()
+    except OSError:  # the sender is gone: it was not one of ours
+        return info.si_pid != 0
+
+
+_WAITED = (*_FORWARDED, signal.SIGCHLD)
+
+
+def _wait_forwarding(proc: subprocess.Popen) -> int:
+    """proc.wait(), relaying the signals sent to us alone.  Python's handlers do not say
+    who sent a signal, so the signals are blocked (by run_traced) and taken here with
+    sigtimedwait; SIGCHLD, blocked too, wakes us as the child ends."""
+    while proc.poll() is None:
+        info = signal.sigtimedwait(_WAITED, 1.0)
+        if info is not None and info.si_signo != signal.SIGCHLD and _sent_to_us_alone(info):
+            try:
+                proc.send_signal(info.si_signo)
+            except ProcessLookupError:
+                pass
+    return proc.returncode
 
 
 def run_traced(argv: list[str], session_dir: Path | None, tag: str | None,
@@ -390,22 +426,33 @@ def run_traced(argv: list[str], session_dir: Path | None, tag: str | None,
     """Run argv (traced when session_dir is given) and return its status the way
     subprocess does: >= 0 exit code, < 0 the signal that killed it.  `tail`: a collector
     of the session, kept reading the logs while the command runs (on the core it leaves
-    free), so that little is left to read once it has ended."""
+    free), so that little is left to read once it has ended.
+
+    The command inherits every descriptor we inherited (fd 3 of `cmd 3>f`, bash's
+    `<(...)` pipes, make's jobserver); roar's own are close-on-exec."""
     env = tracer.preload_env(session_dir, tag=tag) if session_dir else dict(os.environ)
-    proc = subprocess.Popen(argv, env=env, cwd=cwd)
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, close_fds=False)
+    # Python's handlers relay what arrives until the signals are blocked (in the main
+    # thread only: elsewhere Python sets no handlers, and nothing is relayed).
     previous = _forward_signals(proc)
+    # Blocked only now: the child inherits a signal mask.  The tail thread, started
+    # after, has them blocked too, as sigtimedwait needs in every thread.
+    main = threading.current_thread() is threading.main_thread()
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WAITED) if main else None
     stop = threading.Event()
     tailer = None
-    if tail is not None and session_dir is not None:
-        tailer = threading.Thread(target=_tail, args=(tail, stop), name="roar-tail",
-                                  daemon=True)
-        tailer.start()
     try:
-        return proc.wait()
+        if tail is not None and session_dir is not None:
+            tailer = threading.Thread(target=_tail, args=(tail, stop), name="roar-tail",
+                                      daemon=True)
+            tailer.start()
+        return _wait_forwarding(proc) if main else proc.wait()
     finally:
         stop.set()
         if tailer is not None:
             tailer.join()
+        if old_mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
         for s, h in previous.items():
             signal.signal(s, h)
 

@@ -1,0 +1,114 @@
+"""`roar-core run CMD` hands CMD what a shell would: every inherited descriptor, and each
+signal once (issue 17, items 4 and 5).  The real console script, the real tracer."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import select
+import signal
+import subprocess
+import sys
+import termios
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.core.test_cli import ROAR, make_cli
+
+MODES = [pytest.param(["--wait"], id="wait"), pytest.param([], id="background")]
+
+
+@pytest.mark.parametrize("wait", MODES)
+def test_fd_3_reaches_the_command(tmp_path: Path, wait: list[str]) -> None:
+    cli = make_cli(tmp_path)
+    script = f'"{ROAR}" run {" ".join(wait)} -- sh -c "echo hi >&3" 3>f'
+    proc = subprocess.run(["bash", "-c", script], cwd=cli.cwd, env=cli.env,
+                          capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+    assert (cli.cwd / "f").read_bytes() == b"hi\n"
+
+
+@pytest.mark.parametrize("wait", MODES)
+def test_a_process_substitution_reaches_the_command(tmp_path: Path, wait: list[str]) -> None:
+    cli = make_cli(tmp_path)
+    (cli.cwd / "x").write_text("b\na\n")
+    (cli.cwd / "y").write_text("a\nb\n")
+    script = f'"{ROAR}" run {" ".join(wait)} -- diff <(sort x) <(sort y)'
+    proc = subprocess.run(["bash", "-c", script], cwd=cli.cwd, env=cli.env,
+                          capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+    assert b"/dev/fd/" not in proc.stderr
+
+
+# The program under test: cleans up on ^C and exits 0; a second SIGINT during the
+# cleanup kills it (as it would untraced).
+CLEANS_UP = """
+import sys, time
+print("ready", flush=True)
+try:
+    time.sleep(30)
+except KeyboardInterrupt:
+    time.sleep(0.5)
+    print("cleaned", flush=True)
+    sys.exit(0)
+"""
+
+
+def _under_a_terminal(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, bytes]:
+    """Run argv as the foreground job of a new terminal, press ^C once it says "ready";
+    returns its status and what it printed."""
+    master, slave = os.openpty()
+
+    def take_terminal() -> None:
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=slave, stdout=slave, stderr=slave,
+                            preexec_fn=take_terminal)
+    os.close(slave)
+    seen = b""
+    deadline = time.monotonic() + 30
+    try:
+        while b"ready" not in seen and time.monotonic() < deadline:
+            if select.select([master], [], [], 0.5)[0]:
+                seen += os.read(master, 4096)
+        assert b"ready" in seen, seen
+        os.write(master, b"\x03")  # the terminal sends SIGINT to its foreground group
+        rc = proc.wait(timeout=30)
+        while select.select([master], [], [], 0.2)[0]:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the terminal's last user is gone
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        proc.kill()
+        os.close(master)
+    return rc, seen
+
+
+@pytest.mark.parametrize("wait", MODES)
+def test_ctrl_c_reaches_the_command_once(tmp_path: Path, wait: list[str]) -> None:
+    cli = make_cli(tmp_path)
+    program = [sys.executable, "-c", CLEANS_UP]
+    rc, seen = _under_a_terminal(program, cli.cwd, cli.env)
+    assert rc == 0 and b"cleaned" in seen, seen  # untraced, as the reference
+    rc, seen = _under_a_terminal([ROAR, "run", *wait, "--", *program], cli.cwd, cli.env)
+    assert rc == 0 and b"cleaned" in seen, seen
+
+
+def test_a_signal_sent_to_roar_alone_is_relayed(tmp_path: Path) -> None:
+    """A scheduler's SIGTERM to roar-core's pid (not the group) reaches the command."""
+    cli = make_cli(tmp_path)
+    proc = subprocess.Popen([ROAR, "run", "--", "sh", "-c", "echo ready; exec sleep 30"],
+                            cwd=cli.cwd, env=cli.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"ready\n"
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=30) == -signal.SIGTERM
+    assert b"killed by SIGTERM" in proc.stderr.read()
