@@ -67,8 +67,29 @@ _DIRS_MAX = 4096
 
 def display_name(path: bytes) -> str:
     """The dataset name for a path: UTF-8, with undecodable bytes escaped as \\xNN so that
-    events and the store (which need valid text) can carry any file name."""
-    return path.decode("utf-8", "backslashreplace")
+    events and the store (which need valid text) can carry any file name.  A backslash
+    of the name itself is doubled: else a file named `caf\\xe9.txt` (those 12 characters)
+    and one named `caf` + byte E9 + `.txt` would be one dataset.  Names without either
+    (nearly all) are the path as it is."""
+    try:
+        text = path.decode()
+    except UnicodeDecodeError:
+        return path.replace(b"\\", b"\\\\").decode("utf-8", "backslashreplace")
+    return text.replace("\\", "\\\\") if "\\" in text else text
+
+
+def shown(data: bytes) -> str:
+    """Bytes as text to show (a command's arguments): undecodable bytes as \\xNN."""
+    return data.decode("utf-8", "backslashreplace")
+
+
+def shown_text(text: str) -> str:
+    """A str that may hold surrogate escapes (os.fsdecode's, for undecodable bytes of an
+    argument or a name) as valid text, the way `shown` writes the bytes."""
+    try:
+        return shown(text.encode("utf-8", "surrogateescape"))
+    except UnicodeEncodeError:  # a lone surrogate that is not an escaped byte
+        return text.encode("utf-8", "replace").decode()
 
 
 def _interpreter_prefixes() -> tuple[bytes, ...]:
@@ -271,9 +292,9 @@ def classify(records: Iterable[Record], keep: PathFilter,
         if op in _COMMAND_OPS:
             argv = r.argv
             if argv and op != OP_START:
-                io.commands.append([display_name(a) for a in argv])
+                io.commands.append([shown(a) for a in argv])
             if r.path and op != OP_START and r.rflags & RF_UNTRACEABLE:
-                io.untraceable.append(display_name(r.path))
+                io.untraceable.append(shown(r.path))
             continue
         path = r.path
         if r.err or r.result < 0 or not path:

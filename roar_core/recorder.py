@@ -21,7 +21,7 @@ from roar_core import capture as capture_mod
 from roar_core import declared as declared_mod
 from roar_core import emission, sourcecode
 from roar_core.capture import Capture, Version
-from roar_core.classification import PathFilter, TaskIO
+from roar_core.classification import PathFilter, TaskIO, shown_text
 from roar_core.hashing import Hasher
 from roar_core.redact import redact_argv
 from roar_core.sourcecode import CodeVersion
@@ -56,6 +56,13 @@ class TaskMeta:
     io_check: emission.IOCheck | None = None
     declared: declared_mod.Declared | None = None
     """Files the engine declared (inputs/outputs compared with the trace into `io_check`)."""
+
+    def __post_init__(self) -> None:
+        # Valid text from here on: a `--job` or an argument with bytes that are not UTF-8
+        # (surrogate escapes in Python) cannot go into JSON or the store as they are.
+        self.job_name = shown_text(self.job_name)
+        if self.command is not None:
+            self.command = [shown_text(a) for a in self.command]
 
 
 @dataclass

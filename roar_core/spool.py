@@ -151,8 +151,8 @@ class Spool:
             # orjson then takes ~1 us per file where json.dumps takes ~6).
             try:
                 data = orjson.dumps(event, option=orjson.OPT_SORT_KEYS)
-            except orjson.JSONEncodeError:  # e.g. a lone surrogate, which json escapes
-                data = json.dumps(event, sort_keys=True, separators=(",", ":")).encode()
+            except orjson.JSONEncodeError:  # a str not valid UTF-8 (a surrogate escape)
+                data = orjson.dumps(_valid_text(event), option=orjson.OPT_SORT_KEYS)
         else:
             # The client's `RunEvent`, or a mapping of unknown content: its own serializer,
             # so that what we spool is exactly what it would send.
@@ -161,6 +161,8 @@ class Spool:
             data = Serde.to_json(
                 dict(event) if isinstance(event, Mapping) else event, separators=(",", ":")
             ).encode()
+            if b"\\ud" in data:  # maybe a lone surrogate's escape: made valid, as above
+                data = orjson.dumps(_valid_text(json.loads(data)))
         try:
             self._writer.write(data)
         except OSError as e:
@@ -436,6 +438,20 @@ class Spool:
                 self._hold_logged = True
                 log.warning("roar: %s; OpenLineage events kept in %s", reason, self.directory)
             return None
+
+
+def _valid_text(value: Any) -> Any:
+    """`value` with every str made valid text (json would write a lone surrogate as an
+    escape that no strict reader, orjson's or Marquez's, accepts)."""
+    from roar_core.classification import shown_text
+
+    if isinstance(value, str):
+        return shown_text(value)
+    if isinstance(value, Mapping):
+        return {_valid_text(k): _valid_text(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_valid_text(v) for v in value]
+    return value
 
 
 def _ack(done: dict[Segment, int], sync: bool) -> None:

@@ -362,6 +362,39 @@ def test_non_utf8_file_name(tmp_path: Path) -> None:
     assert [r["job_name"] for r in g["runs"]] == ["odd"]
 
 
+@pytest.mark.parametrize("wait", [["--wait"], []], ids=["wait", "background"])
+def test_non_utf8_arguments_job_and_names_are_delivered_and_distinct(
+        tmp_path: Path, wait: list[str]) -> None:
+    """Bytes that are not UTF-8 in the arguments and in --job: the run is recorded and both
+    its events are delivered (they were set aside as "not JSON"); a file named `caf` + E9
+    and one named with the four characters `\\xe9` are two datasets, not one."""
+    import orjson
+
+    from tests.olschema import validate_event
+
+    cli = make_cli(tmp_path)
+    proc = cli("run", *wait, "--job", b"j\xe9", "--", "touch", b"caf\xe9.txt", b"caf\\xe9.txt")
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert cli.ok("flush") in ("sent 0, pending 0\n", "sent 2, pending 0\n")
+    events = Path(cli.env["ROAR_HOME"]) / "openlineage" / "events.jsonl"
+    sent = [orjson.loads(line) for line in events.read_bytes().splitlines()]  # strict UTF-8
+    assert [e["eventType"] for e in sent] == ["START", "COMPLETE"]
+    for event in sent:
+        validate_event(event)
+    complete = sent[1]
+    assert complete["job"]["name"] == "j\\xe9"
+    names = sorted(o["name"] for o in complete["outputs"])
+    assert names == [f"{cli.cwd}/caf\\\\xe9.txt", f"{cli.cwd}/caf\\xe9.txt"]
+    command = complete["run"]["facets"]["roar_task"]["command"]
+    assert command == ["touch", "caf\\xe9.txt", "caf\\xe9.txt"]
+    assert re.search(r"j\\xe9\s+COMPLETE", cli.ok("show"))
+    # Each file's own history, by the name the user's shell passes.
+    assert "written by" in cli.ok("show", b"caf\xe9.txt")
+    assert "written by" in cli.ok("show", b"caf\\xe9.txt")
+    assert cli.ok("lineage", b"caf\xe9.txt", "--json") != cli.ok("lineage", b"caf\\xe9.txt",
+                                                                  "--json")
+
+
 def test_corrupt_session_log_is_not_fatal(tmp_path: Path) -> None:
     cli = make_cli(tmp_path)
     # The traced command itself drops a broken log into its session directory.
