@@ -32,6 +32,8 @@ OP_NAMES = {
     19: "dup",
 }
 OP = {name: code for code, name in OP_NAMES.items()}
+# Records whose second string is an argv, NUL-separated (`Record.argv`).
+_ARGV_OPS = frozenset(OP[n] for n in ("exec", "exec_fail", "spawn", "start"))
 # The operations classification makes lineage of: on files, and programs run.  A task
 # without any (a Ray task that computes in memory) has nothing to classify or hash.
 LINEAGE_OPS = frozenset(OP[n] for n in (
@@ -193,11 +195,18 @@ def _records(buf, end: int, start: int, final: bool) -> Iterator[tuple[int, Reco
         p += tag_len + 1
         path = buf[p: p + path_len]
         p += path_len + 1
+        path2 = buf[p: p + path2_len] if path2_len else b""
         off += size
+        # A record the shim wrote never has its strings past its end nor a NUL inside a
+        # name; one that does is damaged (a bit flip, a stray write): lost, like a torn
+        # one, rather than handed on as a name no system call accepts.
+        if RECORD_FIXED + tag_len + path_len + path2_len + 2 > size or b"\0" in path or \
+                b"\0" in raw_tag or (path2_len and op not in _ARGV_OPS and b"\0" in path2):
+            yield off, None
+            continue
         yield off, Record(
             op, f[3], f[4], f[5], f[7], f[6], f[8], f[9], f[10], f[11], f[12], f[13],
-            f[14], f[15], f[16], f[17], f[18], tag, path,
-            buf[p: p + path2_len] if path2_len else b"",
+            f[14], f[15], f[16], f[17], f[18], tag, path, path2,
         )
 
 

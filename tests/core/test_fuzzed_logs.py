@@ -1,0 +1,113 @@
+"""A corrupt trace log costs its own events, never the run (issue 17, item 6).
+
+One real session (a shell and two `cat`s, one log each) is recorded again and again with
+the first `cat`'s log damaged at random: bytes flipped, cut short, runs of NULs written
+over it.  Every variant must record (no exception), with the shell's log's files found:
+the outputs of its redirections do not depend on the damaged log."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+from roar_core import config, handoff, tracelog, tracer
+from roar_core.api import Roar
+from roar_core.session import run_traced
+
+VARIANTS = int(os.environ.get("ROAR_FUZZ_VARIANTS", "300"))
+
+
+def _damage(data: bytearray, rng: random.Random) -> bytearray:
+    body = tracelog.HEADER_SIZE  # a broken header is a separate, simpler case (below)
+    kind = rng.choice(("flip", "flip", "nul", "cut", "mixed"))
+    if kind in ("flip", "mixed"):
+        for _ in range(rng.randint(1, 40)):
+            i = rng.randrange(body, len(data))
+            data[i] ^= 1 << rng.randrange(8)
+    if kind in ("nul", "mixed"):
+        for _ in range(rng.randint(1, 6)):
+            i = rng.randrange(body, len(data))
+            n = rng.randint(1, 64)
+            data[i:i + n] = bytes(len(data[i:i + n]))
+    if kind == "cut":
+        del data[rng.randrange(body, len(data)):]
+    return data
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory):
+    if not tracer.status().usable:
+        pytest.skip(tracer.status().reason)
+    root = tmp_path_factory.mktemp("fuzz")
+    cfg = config.load(cwd=root, env={"ROAR_HOME": str(root / "home")})
+    (root / "in.txt").write_text("data\n")
+    argv = ["sh", "-c", "cat in.txt > a.txt; cat a.txt > b.txt; echo x > c.txt"]
+    session, info = handoff.begin(cfg, argv, "fuzzed", True)
+    assert run_traced(argv, session, info.run_id, cwd=root) == 0
+    handoff.end(session, 0)
+    logs = tracelog.read_session(session).logs
+    # The first cat's log: it read in.txt (the shell's holds the redirections' opens).
+    victim = next(log.path.name for log in logs
+                  if {r.path.rsplit(b"/", 1)[-1] for r in log.records} >= {b"in.txt"}
+                  and not any(r.path.endswith(b"/c.txt") for r in log.records))
+    return cfg, root, session, victim
+
+
+def _aimed(data: bytes) -> list[bytearray]:
+    """Damage that random flips find rarely (about 1 log in 600), in the record of the
+    open of in.txt: a NUL inside its name; its name's length past its record."""
+    name = data.index(b"/in.txt", tracelog.HEADER_SIZE)
+    at = tracelog.HEADER_SIZE
+    while (size := int.from_bytes(data[at:at + 4], "little")) and at + size <= name:
+        at += size
+    record = at
+    nul = bytearray(data)
+    nul[name + 3] = 0
+    long = bytearray(data)
+    long[record + 106:record + 108] = b"\xf0\x00"  # path_len, u16 at offset 106
+    return [nul, long]
+
+
+def test_every_other_log_is_recorded_whatever_the_damage(made) -> None:
+    cfg, root, session, victim = made
+    roar = Roar(cfg)
+    rng = random.Random(17)
+    aimed = _aimed((session / victim).read_bytes())
+    try:
+        for i in range(VARIANTS + len(aimed)):
+            d = cfg.sessions_dir / f"run-fuzz-{i}"
+            shutil.copytree(session, d)
+            log = d / victim
+            log.write_bytes(aimed[i - VARIANTS] if i >= VARIANTS else
+                            _damage(bytearray(log.read_bytes()), rng))
+            # A fresh run id per variant: each is its own run in the store.
+            info = handoff.read_runner(d)
+            info.run_id = f"{info.run_id[:-4]}{i:04d}"
+            handoff._write_json(d / handoff.RUNNER, info.__dict__)
+            recorded = handoff._record_session(roar, d)
+            outputs = {o.name.rsplit("/", 1)[-1] for o in recorded.outputs}
+            assert {"b.txt", "c.txt"} <= outputs, (i, outputs)
+            assert recorded.outcome.status == "COMPLETE"
+    finally:
+        roar.close()
+
+
+def test_a_log_with_a_broken_header_is_one_lost_event(made) -> None:
+    cfg, root, session, victim = made
+    roar = Roar(cfg)
+    try:
+        d = cfg.sessions_dir / "run-fuzz-header"
+        shutil.copytree(session, d)
+        log = d / victim
+        data = bytearray(log.read_bytes())
+        data[0:8] = b"NOTALOG\0"
+        log.write_bytes(data)
+        recorded = handoff._record_session(roar, d)
+        assert {"b.txt", "c.txt"} <= {o.name.rsplit("/", 1)[-1] for o in recorded.outputs}
+        assert recorded.outcome.dropped >= 1
+    finally:
+        roar.close()
