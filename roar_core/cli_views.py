@@ -567,9 +567,9 @@ def check_sessions(cfg: config_mod.Config) -> Check:
     from roar_core import handoff
 
     waiting = len(handoff.pending(cfg))
-    failed = sorted(cfg.sessions_dir.glob("failed-*")) if cfg.sessions_dir.is_dir() else []
+    failed = handoff.failures(cfg) if cfg.sessions_dir.is_dir() else []
     detail = f"{waiting} run(s) waiting for the background recorder"
     if failed:
-        return "recorder", "warn", (f"{detail}; {len(failed)} could not be recorded and are "
-                                    f"kept in {cfg.sessions_dir} (see {cfg.home}/recorder.log)")
+        return "recorder", "warn", (f"{detail}; {len(failed)} could not be recorded yet and "
+                                    f"will be retried (last: {failed[-1][1]})")
     return "recorder", "ok", detail

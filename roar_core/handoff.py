@@ -31,6 +31,8 @@ from roar_core.session import pid_alive
 RUNNER = "runner.json"
 DONE = "task.json"
 CAPTURE = "capture.json"  # the run's file versions, taken as its command ended
+STAGED = "events.jsonl"  # the run's events, between the store's commit and the spool
+ERROR = "error.txt"  # why the last attempt to record the session failed
 LOCK = ".recorder.lock"
 
 
@@ -190,13 +192,14 @@ def _mtime_ns(d: Path) -> int:
 
 def _record_session(roar, d: Path, collector=None):
     """Record one session through the core (imports the heavy steps lazily).  `collector`:
-    the SessionCollector that read its logs while the command ran (`run --wait`)."""
-    import shutil
-
+    the SessionCollector that read its logs while the command ran (`run --wait`).  None:
+    a recorder that died had stored it; its events are spooled now."""
     from roar_core import capture as capture_mod
     from roar_core.recorder import TaskMeta, TaskOutcome
 
     info = read_runner(d)
+    if _resume(roar, d, info.run_id):
+        return None
     done_path = d / DONE
     done = TaskDone(**json.loads(done_path.read_text())) if done_path.exists() else None
     meta = TaskMeta(
@@ -243,10 +246,59 @@ def _record_session(roar, d: Path, collector=None):
         captured = capture_mod.from_json((d / CAPTURE).read_text())
     else:
         captured = roar.recorder.capture_late(meta, outcome, records)
-    roar.recorder.started(meta)
-    recorded = roar.recorder.record(meta, outcome, records, captured=captured)
-    shutil.rmtree(d, ignore_errors=True)
+    # Its start and end in one commit, its events kept in the session until spooled.
+    recorded = roar.recorder.record(meta, outcome, records, captured=captured, start=True,
+                                    before_commit=lambda events: _stage_events(d, events))
+    _unstage(d)
     return recorded
+
+
+def _stage_events(d: Path, events: list) -> None:
+    """Keep a run's events in its session, durably, before the store commits the run: a
+    recorder killed after the commit leaves them for the next one to send (storing the
+    run again would fail, and a run stored without its events would never be sent)."""
+    import orjson
+
+    tmp = d / (STAGED + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(b"".join(orjson.dumps(e) + b"\n" for e in events))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, d / STAGED)
+
+
+def _unstage(d: Path) -> None:
+    """The session is recorded and its events spooled: gone (its staged events first, so
+    that a recorder killed meanwhile does not send them twice)."""
+    import shutil
+
+    try:
+        os.unlink(d / STAGED)
+    except FileNotFoundError:
+        pass
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _resume(roar, d: Path, run_id: str) -> bool:
+    """Finish a session whose run a recorder that died has stored already: spool the
+    events it staged, once.  False: the run is not stored (record it)."""
+    run = roar.store.task_run(run_id)
+    if run is None:
+        return False
+    if run.status == "RUNNING":  # its start only (a recorder of an older roar): record it
+        return False
+    staged = d / STAGED
+    if staged.exists() and roar.recorder.spool is not None:
+        import orjson
+
+        from roar_core.emission import Event
+
+        lines = staged.read_bytes().splitlines()
+        with roar.recorder.spool.batch():
+            for line in lines:
+                roar.recorder.emit(Event(orjson.loads(line)))
+    _unstage(d)
+    return True
 
 
 def drain(roar, blocking: bool = True, locked_fd: int | None = None,
@@ -261,20 +313,44 @@ def drain(roar, blocking: bool = True, locked_fd: int | None = None,
     if fd is None:
         return []
     done = []
+    failed: set[Path] = set()
     try:
-        while batch := pending(roar.config):
+        while batch := [d for d in pending(roar.config) if d not in failed]:
             for d in batch:
                 try:
                     with gc_paused():
-                        done.append(_record_session(roar, d, (collected or {}).get(d)))
-                except Exception as e:  # keep the session for a later attempt
-                    print(f"roar-core: warning: cannot record {d.name}: "
-                          f"{type(e).__name__}: {e}", file=sys.stderr)
-                    failed = d.with_name("failed-" + d.name)
-                    d.rename(failed)
+                        recorded = _record_session(roar, d, (collected or {}).get(d))
+                except Exception as e:  # noqa: BLE001 - kept for the next recorder
+                    failed.add(d)
+                    _note_failure(d, f"{type(e).__name__}: {e}")
+                    continue
+                if recorded is not None:
+                    done.append(recorded)
     finally:
         os.close(fd)
     return done
+
+
+def _note_failure(d: Path, why: str) -> None:
+    """A session that could not be recorded stays pending, for the next recorder (the
+    cause may go away: a store repaired, space freed), with why in it for `doctor`."""
+    print(f"roar-core: warning: cannot record {d.name} (kept, to retry later): {why}",
+          file=sys.stderr)
+    try:
+        (d / ERROR).write_text(why + "\n")
+    except OSError:
+        pass
+
+
+def failures(cfg: Config) -> list[tuple[Path, str]]:
+    """Sessions whose last attempt to be recorded failed, and why (for `doctor`)."""
+    out = []
+    for err in sorted(cfg.sessions_dir.glob(f"run-*/{ERROR}")):
+        try:
+            out.append((err.parent, err.read_text().strip()))
+        except OSError:
+            continue
+    return out
 
 
 def main() -> None:

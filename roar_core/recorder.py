@@ -255,13 +255,24 @@ class Recorder:
 
     def record(self, meta: TaskMeta, outcome: TaskOutcome, records: list[Record],
                untraceable: list[str] | None = None, *, start: bool = False,
-               captured: Capture | None = None) -> RecordedTask:
+               captured: Capture | None = None,
+               before_commit: Callable[[list], None] | None = None) -> RecordedTask:
         """`start`: the task's start was not recorded (`started`) yet: its row goes in with
         its end, one commit, and its START event right before its end's, one spool sync.
         `captured`: the task's versions, taken as it ended (`capture.capture`); without
-        one they are taken now, so call this right as the task ends."""
+        one they are taken now, so call this right as the task ends.  `before_commit`:
+        given the task's events after it is staged and before the store commits it (a
+        recorder that may die between the commit and the spool keeps them there, to send
+        without storing the task twice)."""
         with gc_paused():
-            task, events = self._stage(meta, outcome, records, untraceable, start, captured)
+            if before_commit is None:
+                task, events = self._stage(meta, outcome, records, untraceable, start,
+                                           captured)
+            else:
+                with self.store.batch():
+                    task, events = self._stage(meta, outcome, records, untraceable, start,
+                                               captured)
+                    before_commit(events)
             if self.spool is not None:
                 with self.spool.batch():  # its START and end: one sync
                     for event in events:

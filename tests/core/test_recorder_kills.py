@@ -1,0 +1,103 @@
+"""A background recorder killed at any point leaves a session that the next recorder
+finishes exactly once (issue 17, item 1).
+
+`roar-core run` hands its session to a recorder; here that recorder is a real process
+running the real drain, killed by SIGKILL at one point of recording: before the store,
+inside its transaction, after its commit, between two events spooled, after the spool.
+Then the user's next command (`roar-core show`, which drains what is pending) and
+`roar-core flush` must leave the run stored once, ended, with its START and COMPLETE
+delivered."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from roar_core import config, handoff
+from tests.core.test_cli import make_cli
+
+KILLED_RECORDER = r"""
+import os, signal, sys
+from roar_core import config, handoff, spool, store
+from roar_core.api import Roar
+
+def die(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def after(original):
+    def run(*args, **kwargs):
+        result = original(*args, **kwargs)
+        die()
+        return result
+    return run
+
+point = sys.argv[1]
+if point == "before-store":
+    store.Store.finish_task_run = die
+elif point == "mid-store":  # the accesses are written, the transaction not committed
+    store._record_accesses = after(store._record_accesses)
+elif point == "after-store":  # committed, nothing spooled
+    spool.Spool.append = die
+elif point == "mid-spool":  # START spooled, COMPLETE not
+    appended = spool.Spool.append
+    calls = []
+    def second_dies(self, event):
+        calls.append(event)
+        if len(calls) == 2:
+            die()
+        return appended(self, event)
+    spool.Spool.append = second_dies
+elif point == "after-spool":  # both events spooled, the session not removed yet
+    handoff._unstage = die
+handoff.drain(Roar(config.load()))
+print("not killed")
+"""
+
+POINTS = ["before-store", "mid-store", "after-store", "mid-spool", "after-spool"]
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_the_next_recorder_finishes_the_run_exactly_once(tmp_path: Path, point: str) -> None:
+    cli = make_cli(tmp_path)
+    cfg = config.load(cwd=cli.cwd, env=cli.env)
+    (cli.cwd / "in.txt").write_text("data\n")
+    # Hold the recorders' lock: `run` hands off without starting one (one is at it).
+    held = handoff._lock(cfg, blocking=False)
+    assert held is not None
+    try:
+        proc = cli("run", "--job", "copy", "--", "cp", "in.txt", "out.txt")
+        assert proc.returncode == 0, proc.stderr
+    finally:
+        os.close(held)
+    assert len(handoff.pending(cfg)) == 1
+
+    killed = subprocess.run([sys.executable, "-c", KILLED_RECORDER, point], cwd=cli.cwd,
+                            env=cli.env, capture_output=True, timeout=60)
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+
+    listing = cli("show")  # the next reader drains what is pending
+    assert listing.returncode == 0, listing.stderr
+    assert b"Traceback" not in listing.stderr and b"cannot record" not in listing.stderr
+    runs = [line for line in listing.stdout.decode().splitlines() if " copy " in f" {line} "]
+    assert len(runs) == 1 and "COMPLETE" in runs[0], listing.stdout.decode()
+    run_id = runs[0].split()[-1]
+    assert f"{cli.cwd / 'out.txt'}  blake3:" in cli.ok("show", run_id)
+    assert handoff.pending(cfg) == [] and not list(cfg.sessions_dir.glob("*-run-*"))
+
+    assert cli.ok("flush").endswith("pending 0\n")
+    events = Path(cli.env["ROAR_HOME"]) / "openlineage" / "events.jsonl"
+    mine = [json.loads(line) for line in events.read_text().splitlines()]
+    kinds = [e["eventType"] for e in mine if e["run"]["runId"] == run_id]
+    if point in ("mid-spool", "after-spool"):
+        # Killed with some of its events spooled: those go out again (at least once, in
+        # order: nothing of the run after its COMPLETE).
+        assert list(dict.fromkeys(kinds)) == ["START", "COMPLETE"] and kinds[-1] == "COMPLETE"
+    else:
+        assert kinds == ["START", "COMPLETE"]
+    complete = next(e for e in mine if e["eventType"] == "COMPLETE")
+    assert [o["name"] for o in complete["outputs"]] == [str(cli.cwd / "out.txt")]
