@@ -214,12 +214,13 @@ def from_json(text: str) -> Capture:
     return from_dict(json.loads(text))
 
 
-def hasher_for(cfg) -> Hasher:
-    """A hasher with the stat cache of a `roar_core.config.Config` (closing it closes both)."""
+def hasher_for(cfg, stat_cache: bool = True) -> Hasher:
+    """A hasher with the stat cache of a `roar_core.config.Config` (closing it closes both);
+    `stat_cache=False`: with one in memory (the home cannot be written)."""
     from roar_core.hashing import Hasher, StatCache
 
-    return Hasher(StatCache(cfg.statcache_path), workers=cfg.hash_workers or None,
-                  native=cfg.native_hash, owns_cache=True)
+    return Hasher(StatCache(cfg.statcache_path if stat_cache else None),
+                  workers=cfg.hash_workers or None, native=cfg.native_hash, owns_cache=True)
 
 
 # ---- in a long-lived traced worker ----------------------------------------------------------

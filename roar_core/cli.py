@@ -95,10 +95,7 @@ def run(job_name: str | None, wait: bool, command: tuple[str, ...]) -> None:
 
         rc = cli_views.run_and_record(cfg, argv, job_name)
     else:
-        try:
-            rc = runner.run_detached(cfg, argv, job_name)
-        except runner.HomeError as e:
-            raise CliError(str(e), EXIT_USAGE) from e
+        rc = runner.run_detached(cfg, argv, job_name)
     sys.stdout.flush()
     sys.stderr.flush()
     # After --wait the recorder is closed: its store, stat cache and spool are on disk.
@@ -198,7 +195,7 @@ def flush(timeout: float) -> None:
     from roar_core.spool import Spool
 
     cfg = _load_config()
-    views.drain_pending(cfg)  # runs still being recorded have events to spool first
+    views.drain_pending(cfg, required=False)  # runs being recorded have events to spool
     if not cfg.spool_dir.is_dir():
         click.echo("sent 0, pending 0")
         return
@@ -252,6 +249,7 @@ def doctor() -> None:
         ("config", "ok", f"project {cfg.project_root}, home {cfg.home}, "
                          f"namespace {cfg.namespace}{off}"),
         views.check_hasher(cfg),
+        views.check_home(cfg),
         views.check_store(cfg),
         views.check_openlineage(cfg),
         views.check_spool(cfg),

@@ -14,7 +14,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -162,21 +162,30 @@ def open_roar(cfg: config_mod.Config, progress: Callable[[int, int], None] | Non
         client = ol_client(cfg) if cfg.emit else None
         return Roar(cfg, client=client, progress=progress, send=send)
     except StoreError as e:
-        raise CliError(f"{e} (the command was not run)", EXIT_USAGE) from e
+        raise CliError(str(e), EXIT_USAGE) from e
     except OSError as e:
         where = f" ({e.filename})" if e.filename and str(e.filename) != str(cfg.home) else ""
-        raise CliError(f"cannot use roar home {cfg.home}: {e.strerror or e}{where} "
-                       "(the command was not run)", EXIT_USAGE) from e
+        raise CliError(f"cannot use roar home {cfg.home}: {e.strerror or e}{where}",
+                       EXIT_USAGE) from e
 
 
-def drain_pending(cfg: config_mod.Config) -> None:
+def drain_pending(cfg: config_mod.Config, required: bool = True) -> None:
     """Record the runs that `run --no-wait` handed to the background recorder and that are
-    not recorded yet, so that what a reading command shows is complete."""
+    not recorded yet, so that what a reading command shows is complete.  `required=False`
+    (flush: the events already spooled go out whatever the store's state): a recorder
+    that cannot be opened is a warning, and the runs stay pending."""
     from roar_core import handoff
 
     if not handoff.pending(cfg):
         return
-    roar = open_roar(cfg)
+    try:
+        roar = open_roar(cfg)
+    except CliError as e:
+        if required:
+            raise
+        stderr_console().print(f"roar-core: warning: runs waiting to be recorded stay so: "
+                               f"{e}", style="yellow", highlight=False, soft_wrap=True)
+        return
     try:
         handoff.drain(roar)  # waits for a background recorder that is at it already
     finally:
@@ -291,7 +300,15 @@ def run_and_record(cfg: config_mod.Config, argv: list[str], job_name: str | None
     err = stderr_console()
     progress = HashProgress(err)
     # No sender thread: delivery is decided below, once the lineage is stored and spooled.
-    roar = open_roar(cfg, progress, send=False)
+    try:
+        roar = open_roar(cfg, progress, send=False)
+    except CliError as e:  # the command runs all the same; its session waits for a store
+        err.print(f"roar-core: warning: cannot record now ({e}): the command runs and its "
+                  "run is recorded once that is fixed (`roar-core doctor`)", style="yellow",
+                  highlight=False, soft_wrap=True)
+        from roar_core.runner import run_detached
+
+        return run_detached(cfg, argv, job_name)
     try:
         result = run_command(roar, argv, job_name)
         progress.close()
@@ -500,6 +517,21 @@ def check_hasher(cfg: config_mod.Config) -> Check:
     return "hashing", "ok", f"native batch hasher {nativehash.library_path()}"
 
 
+def check_home(cfg: config_mod.Config) -> Check:
+    """Whether the roar home takes a write (a full disk passes every permission check)."""
+    if not cfg.home.exists():
+        return "home", "ok", f"{cfg.home} (not created yet; the first run will)"
+    try:
+        with tempfile.NamedTemporaryFile(dir=cfg.home, prefix=".doctor-") as f:
+            f.write(b"\0" * 4096)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        return "home", "FAIL", (f"{cfg.home} cannot be written ({e.strerror or e}): runs "
+                                "wait in memory until it can")
+    return "home", "ok", str(cfg.home)
+
+
 def check_store(cfg: config_mod.Config) -> Check:
     where = store_location(cfg)
     if store_missing(cfg):
@@ -514,7 +546,25 @@ def check_store(cfg: config_mod.Config) -> Check:
         Store.open(url=cfg.database_url, home=cfg.home).close()
     except StoreError as e:
         return "store", "FAIL", str(e)
+    if cfg.database_url is None:
+        damage = _sqlite_damage(cfg.home / DB_FILENAME)
+        if damage:
+            return "store", "FAIL", (f"sqlite {where} is damaged ({damage}): runs wait to be "
+                                     "recorded until it is repaired or moved away")
     return "store", "ok", f"{'sqlite' if cfg.database_url is None else 'database'} {where}"
+
+
+def _sqlite_damage(path: Path) -> str | None:
+    """SQLite's own quick check of every page (opening a file reads only its first)."""
+    import sqlite3
+
+    try:
+        with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            rows = db.execute("PRAGMA quick_check(3)").fetchall()
+    except sqlite3.Error as e:
+        return str(e)
+    problems = [r[0] for r in rows if r[0] != "ok"]
+    return "; ".join(problems) or None
 
 
 def check_openlineage(cfg: config_mod.Config) -> Check:
@@ -566,10 +616,14 @@ def check_spool(cfg: config_mod.Config) -> Check:
 def check_sessions(cfg: config_mod.Config) -> Check:
     from roar_core import handoff
 
-    waiting = len(handoff.pending(cfg))
-    failed = handoff.failures(cfg) if cfg.sessions_dir.is_dir() else []
-    detail = f"{waiting} run(s) waiting for the background recorder"
+    waiting = handoff.pending(cfg)
+    failed = handoff.failures(cfg)
+    spare = handoff.spare_dir(cfg)
+    kept = sum(1 for d in waiting if d.parent == spare)
+    detail = f"{len(waiting)} run(s) waiting for the background recorder"
+    if kept:
+        detail += f", {kept} of them kept in {spare} until the home can be written"
     if failed:
-        return "recorder", "warn", (f"{detail}; {len(failed)} could not be recorded yet and "
-                                    f"will be retried (last: {failed[-1][1]})")
-    return "recorder", "ok", detail
+        detail += (f"; {len(failed)} could not be recorded yet and will be retried (last: "
+                   f"{failed[-1][1]})")
+    return "recorder", "warn" if failed or kept else "ok", detail

@@ -61,23 +61,75 @@ def _now() -> str:
 
 def _write_json(path: Path, data: dict) -> None:
     tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(data, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+class NoSession(OSError):
+    """Neither the roar home nor the spare directory can hold a session: the command runs
+    untraced."""
 
 
 def begin(cfg: Config, argv: list[str], job_name: str, traced: bool,
           untraced_reason: str | None = None) -> tuple[Path, RunnerInfo]:
+    """A new session for one command: under the roar home; where that cannot be written
+    (a full disk, a read-only mount), in the spare directory (`spare_dir`), recorded once
+    the home can be written again.  NoSession: nowhere."""
     from roar_core.ids import new_run_id
 
     info = RunnerInfo(new_run_id(), job_name, list(argv), os.getcwd(), _now(), os.getpid(),
                       socket.gethostname(), traced, untraced_reason)
-    session = cfg.sessions_dir / f"run-{uuid.uuid4().hex}"
+    name = f"run-{uuid.uuid4().hex}"
+    problems = []
+    for base in (cfg.sessions_dir, spare_dir(cfg)):
+        if base is None:
+            continue
+        try:
+            _new_session(base / name, info)
+        except OSError as e:
+            problems.append(f"{base}: {e.strerror or e}")
+            continue
+        if problems:
+            print(f"roar-core: warning: cannot write the roar home ({problems[0]}); this run "
+                  f"is kept in {base} and recorded once the home can be written",
+                  file=sys.stderr)
+        return base / name, info
+    raise NoSession("; ".join(problems))
+
+
+def _new_session(session: Path, info: RunnerInfo) -> None:
     session.mkdir(parents=True, exist_ok=True)
-    _write_json(session / RUNNER, asdict(info))
-    return session, info
+    try:
+        _write_json(session / RUNNER, asdict(info))
+    except OSError:
+        import shutil
+
+        shutil.rmtree(session, ignore_errors=True)  # nothing half-written left behind
+        raise
+
+
+def spare_dir(cfg: Config) -> Path | None:
+    """Where sessions go while the roar home cannot be written: this user's in-memory
+    directory, one per home.  It outlives the processes (not a reboot), and the sweep of
+    stale in-memory sessions leaves it alone."""
+    from roar_core.session import SPARE_PREFIX, memory_sessions_dir
+
+    memory = memory_sessions_dir()
+    if memory is None:
+        return None
+    import hashlib
+
+    return memory / (SPARE_PREFIX + hashlib.sha256(os.fsencode(cfg.home)).hexdigest()[:16])
 
 
 def read_runner(session: Path) -> RunnerInfo:
@@ -114,7 +166,8 @@ def capture(cfg: Config, session: Path) -> None:
 
     io = capture_mod.classified(records, PathFilter.for_config(cfg))
     if io.inputs or io.outputs or io.code:
-        with capture_mod.hasher_for(cfg) as hasher:
+        with capture_mod.hasher_for(cfg, stat_cache=session.parent == cfg.sessions_dir) \
+                as hasher:
             taken = capture_mod.versions(io, hasher)
     else:
         taken = capture_mod.Capture(io)
@@ -163,11 +216,12 @@ def spawn_recorder(cfg: Config) -> None:
 
 
 def pending(cfg: Config) -> list[Path]:
-    """Sessions ready to record: ended, or orphaned by a runner that died."""
-    if not cfg.sessions_dir.is_dir():
-        return []
+    """Sessions ready to record: ended, or orphaned by a runner that died (under the home,
+    and in the spare directory)."""
+    found = [d for base in (cfg.sessions_dir, spare_dir(cfg)) if base is not None
+             for d in base.glob("run-*")]
     out = []
-    for d in sorted(cfg.sessions_dir.glob("run-*"), key=_mtime_ns):
+    for d in sorted(found, key=_mtime_ns):
         runner = d / RUNNER
         if (d / DONE).exists():
             out.append(d)
@@ -345,7 +399,9 @@ def _note_failure(d: Path, why: str) -> None:
 def failures(cfg: Config) -> list[tuple[Path, str]]:
     """Sessions whose last attempt to be recorded failed, and why (for `doctor`)."""
     out = []
-    for err in sorted(cfg.sessions_dir.glob(f"run-*/{ERROR}")):
+    found = [e for base in (cfg.sessions_dir, spare_dir(cfg)) if base is not None
+             for e in base.glob(f"run-*/{ERROR}")]
+    for err in sorted(found, key=_mtime_ns):
         try:
             out.append((err.parent, err.read_text().strip()))
         except OSError:

@@ -76,12 +76,18 @@ def _shell_script(prog: str, argv: list[str]) -> str | None:
 
 
 def run(cfg: Config, argv: list[str], job_name: str | None = None,
-        tail: bool = False) -> tuple[int, Path, SessionCollector | None]:
-    """Run argv traced; returns (returncode as subprocess reports it, session dir, and
-    with `tail` the collector that read its logs while it ran)."""
+        tail: bool = False) -> tuple[int, Path | None, SessionCollector | None]:
+    """Run argv traced; returns (returncode as subprocess reports it, session dir (None:
+    none could be written, the command ran untraced), and with `tail` the collector that
+    read its logs while it ran)."""
     usable, reason = tracer_usable(cfg)
-    session, info = handoff.begin(cfg, argv, job_name or default_job_name(argv), usable,
-                                  reason)
+    try:
+        session, info = handoff.begin(cfg, argv, job_name or default_job_name(argv), usable,
+                                      reason)
+    except handoff.NoSession as e:  # nowhere to trace into: the command still runs
+        print(f"roar-core: UNTRACED: no session can be written ({e}): this run is not "
+              "recorded", file=sys.stderr)
+        return _run_plain(argv), None, None
     collector = SessionCollector(session) if tail and usable else None
     try:
         rc = run_traced(argv, session if usable else None, info.run_id, tail=collector)
@@ -94,7 +100,11 @@ def run(cfg: Config, argv: list[str], job_name: str | None = None,
         except Exception as e:  # the recorder takes the versions later, as best it can
             print(f"roar-core: warning: file versions not taken at the command's end: "
                   f"{type(e).__name__}: {e}", file=sys.stderr)
-    handoff.end(session, rc)
+    try:
+        handoff.end(session, rc)
+    except OSError as e:  # recorded as a run whose runner died: ABORT, with its trace
+        print(f"roar-core: warning: cannot write the run's end in {session}: "
+              f"{e.strerror or e}", file=sys.stderr)
     return rc, session, collector
 
 
@@ -112,23 +122,23 @@ def how_it_ended(returncode: int) -> str:
     return f"exit {returncode}"
 
 
-class HomeError(OSError):
-    """The roar home cannot be created: nothing can be recorded (the command is not run)."""
-
-
 def run_detached(cfg: Config, argv: list[str], job_name: str | None = None) -> int:
-    """`roar-core run`: the command, then a detached recorder does the rest."""
-    try:
-        cfg.home.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise HomeError(f"cannot use roar home {cfg.home}: {e.strerror or e} "
-                        "(the command was not run)") from None
+    """`roar-core run`: the command, then a detached recorder does the rest.  The command
+    runs whatever state the roar home is in: a session that cannot go there waits in the
+    spare directory (handoff.begin) for a home that can be written."""
     rc, session, _ = run(cfg, argv, job_name)
+    if session is None:
+        return rc
     info = handoff.read_runner(session)
-    handoff.spawn_recorder(cfg)
-    print(f"roar-core: job {info.job_name}, run {info.run_id} ({how_it_ended(rc)}): "
-          f"recording in the background; `roar-core show {info.run_id}` waits for it",
-          file=sys.stderr)
+    if session.parent == cfg.sessions_dir:
+        handoff.spawn_recorder(cfg)
+        print(f"roar-core: job {info.job_name}, run {info.run_id} ({how_it_ended(rc)}): "
+              f"recording in the background; `roar-core show {info.run_id}` waits for it",
+              file=sys.stderr)
+        failed = handoff.failures(cfg)
+        if failed:  # the background recorder's failures are said where someone looks
+            print(f"roar-core: warning: {len(failed)} earlier run(s) not recorded yet, kept "
+                  f"to retry: {failed[-1][1]}", file=sys.stderr)
     if not info.traced:
         print(f"roar-core: UNTRACED: {info.untraced_reason}", file=sys.stderr)
     return rc
@@ -138,6 +148,10 @@ def run_untraced(argv: list[str]) -> int:
     """The kill switch (ROAR_DISABLED): the command runs, nothing is traced or recorded."""
     print("roar-core: disabled by configuration (ROAR_DISABLED): running untraced, "
           "recording nothing", file=sys.stderr)
+    return _run_plain(argv)
+
+
+def _run_plain(argv: list[str]) -> int:
     try:
         return run_traced(argv, None, None)
     except OSError as e:  # answer like a shell would
@@ -152,7 +166,7 @@ def main_fast(job_name: str | None, argv: list[str]) -> None:
     try:
         cfg = config.load()
         rc = run_untraced(argv) if cfg.disabled else run_detached(cfg, argv, job_name)
-    except (config.ConfigError, HomeError) as e:
+    except config.ConfigError as e:
         print(f"roar-core: error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
     sys.stdout.flush()
@@ -163,6 +177,8 @@ def main_fast(job_name: str | None, argv: list[str]) -> None:
 def run_command(roar, argv: list[str], job_name: str | None = None) -> RunResult:
     """Run and record in this process (the API, `run --wait`)."""
     rc, session, collector = run(roar.config, argv, job_name, tail=True)
+    if session is None:
+        return RunResult(rc, None, "no session could be written (see above)")
     run_id = handoff.read_runner(session).run_id
     read = {session: collector} if collector is not None else None
     mine = [r for r in handoff.drain(roar, collected=read) if r.meta.run_id == run_id]

@@ -46,6 +46,9 @@ def new_session_dir(config: Config, name: str | None = None, *,
 # not used yet: nothing shows whether a shell still means to start a worker with it.
 STALE_AFTER_S = 3600.0
 OWNER_LOCK = "owner.lock"
+# `roar-core run`'s sessions kept while its home could not be written (handoff.spare_dir):
+# not stale, whatever their age, until recorded.
+SPARE_PREFIX = "unrecorded-"
 
 
 def sweep_stale_sessions(base: Path, now: float | None = None) -> list[Path]:
@@ -58,6 +61,8 @@ def sweep_stale_sessions(base: Path, now: float | None = None) -> list[Path]:
     except OSError:
         return removed
     for entry in entries:
+        if entry.name.startswith(SPARE_PREFIX):
+            continue
         try:
             if not entry.is_dir(follow_symlinks=False) or \
                     now - entry.stat(follow_symlinks=False).st_mtime < STALE_AFTER_S:

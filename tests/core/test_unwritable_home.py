@@ -1,0 +1,149 @@
+"""A roar home that cannot be written (a full disk, a read-only mount) or a damaged store:
+the command runs as untraced, roar says so in one line, `doctor` finds it, and the run is
+recorded once the cause is gone (issue 17, item 7).
+
+The home is a real 2 MiB tmpfs, filled up and remounted read-only, in a mount namespace of
+its own (`unshare`): nothing outside the test sees it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.core.test_cli import ROAR, make_cli
+
+SCENARIO = r"""
+set -u
+home=$1 out=$2 roar=$3
+mount -t tmpfs -o size=2m tmpfs "$home" || exit 99
+step() {  # name, then the roar-core arguments: its status, stdout and stderr kept
+    local name=$1; shift
+    "$roar" "$@" >"$out/$name.out" 2>"$out/$name.err"; echo $? >"$out/$name.rc"
+}
+step setup run --wait --job setup -- sh -c 'echo setup > setup.txt'
+dd if=/dev/zero of="$home/filler" bs=64k 2>/dev/null
+step full run --job full -- sh -c 'echo full > full.txt'
+step fullwait run --wait --job fullwait -- sh -c 'echo fullwait > fullwait.txt'
+step doctorfull doctor
+rm "$home/filler"
+step freed show
+mount -o remount,ro "$home"
+step ro run --job ro -- sh -c 'echo ro > ro.txt'
+step rowait run --wait --job rowait -- sh -c 'echo rowait > rowait.txt'
+step doctorro doctor
+mount -o remount,rw "$home"
+step writable show
+step flush flush
+cp "$home/openlineage/events.jsonl" "$out/events.jsonl"
+"""
+
+
+def _namespace() -> list[str]:
+    if os.geteuid() == 0:
+        return ["unshare", "-m"]
+    return ["unshare", "-rm"]  # an unprivileged user's own user and mount namespaces
+
+
+def _step(out: Path, name: str) -> tuple[int, str, str]:
+    return (int((out / f"{name}.rc").read_text()), (out / f"{name}.out").read_text(),
+            (out / f"{name}.err").read_text())
+
+
+def _one_line(err: str) -> str:
+    lines = err.splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_full_and_read_only_home(tmp_path: Path) -> None:
+    if shutil.which("unshare") is None or subprocess.run(
+            [*_namespace(), "true"], capture_output=True).returncode != 0:
+        pytest.skip("no mount namespace here (unshare)")
+    cli = make_cli(tmp_path)
+    home = Path(cli.env["ROAR_HOME"])
+    home.mkdir()
+    out = tmp_path / "out"
+    out.mkdir()
+    done = subprocess.run([*_namespace(), "bash", "-c", SCENARIO, "scenario", str(home),
+                           str(out), ROAR], cwd=cli.cwd, env=cli.env, capture_output=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr.decode()
+    assert _step(out, "setup")[0] == 0
+
+    # Full: every command ran, as untraced would; one line said why and what happens.
+    for name in ("full", "fullwait", "ro", "rowait"):
+        rc, _, err = _step(out, name)
+        assert rc == 0 and (cli.cwd / f"{name}.txt").read_text() == f"{name}\n", err
+    for name in ("full", "ro"):
+        line = _one_line(_step(out, name)[2])
+        assert "cannot write the roar home" in line and "recorded once" in line, line
+    for name in ("doctorfull", "doctorro"):
+        rc, report, _ = _step(out, name)
+        assert rc == 1, report
+        home_line = next(line for line in report.splitlines() if line.startswith("home"))
+        assert "FAIL" in home_line and "cannot be written" in home_line
+        assert "until the home can be written" in report
+
+    # Space freed, then the home writable again: the next command records what waited.
+    _, listing, err = _step(out, "freed")
+    assert "Traceback" not in err
+    for job in ("full", "fullwait"):
+        assert any(line.split()[2:4] == [job, "COMPLETE"] for line in listing.splitlines()), \
+            listing
+    _, listing, _ = _step(out, "writable")
+    jobs = [line.split()[2] for line in listing.splitlines()[1:]]
+    assert sorted(jobs) == sorted(["setup", "full", "fullwait", "ro", "rowait"]), listing
+    assert _step(out, "flush")[0] == 0
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    for job in ("full", "fullwait", "ro", "rowait"):
+        kinds = [e["eventType"] for e in events if e["job"]["name"] == job]
+        assert kinds == ["START", "COMPLETE"], (job, kinds)
+        complete = next(e for e in events if e["job"]["name"] == job
+                        and e["eventType"] == "COMPLETE")
+        assert [o["name"] for o in complete["outputs"]] == [str(cli.cwd / f"{job}.txt")]
+
+
+def test_a_damaged_store_keeps_the_runs_and_flush_sends_what_was_spooled(
+        tmp_path: Path) -> None:
+    cli = make_cli(tmp_path)
+    home = Path(cli.env["ROAR_HOME"])
+    down = {**cli.env, "OPENLINEAGE_URL": "http://127.0.0.1:9"}  # nothing listens there
+    for i in range(3):
+        proc = cli("run", "--wait", "--job", f"before{i}", "--", "true", env=down)
+        assert proc.returncode == 0, proc.stderr
+    db = home / "lineage.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    saved = db.read_bytes()
+    # Zero every page but the first: SQLite opens it, and nothing in it can be read.
+    db.write_bytes(saved[:4096] + bytes(len(saved) - 4096))
+
+    proc = cli("run", "--job", "after", "--", "sh", "-c", "echo x > after.txt", env=down)
+    assert proc.returncode == 0 and (cli.cwd / "after.txt").exists(), proc.stderr
+    doctor = cli("doctor", env=down)
+    report = doctor.stdout.decode()
+    assert doctor.returncode == 1
+    assert "damaged" in next(line for line in report.splitlines() if line.startswith("store"))
+
+    # The 6 events spooled before the damage go out; the run after it waits for a store.
+    flushed = cli("flush")
+    assert flushed.stdout == b"sent 6, pending 0\n", flushed.stdout + flushed.stderr
+    assert b"stay so" in flushed.stderr  # one warning: the run is kept, not dropped
+
+    db.write_bytes(saved)  # repaired (a backup put back)
+    for name in ("lineage.db-wal", "lineage.db-shm"):
+        (home / name).unlink(missing_ok=True)
+    listing = cli.ok("show")
+    assert "after" in listing.split() and "COMPLETE" in listing, listing
+    assert cli.ok("flush").endswith("pending 0\n")
+    events = home / "openlineage" / "events.jsonl"
+    kinds = [(e["job"]["name"], e["eventType"])
+             for e in map(json.loads, events.read_text().splitlines())]
+    assert kinds[-2:] == [("after", "START"), ("after", "COMPLETE")], kinds
+    assert len(kinds) == 8
