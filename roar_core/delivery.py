@@ -34,6 +34,12 @@ class Rejected(Exception):
     """The event can never be delivered as it is (malformed, or refused by the backend)."""
 
 
+class TooSlow(Exception):
+    """The backend took the connection and did not answer this event in time: too big or
+    too slow for it (resending it as it is may never succeed; a backend that is down
+    refuses or never takes the connection instead)."""
+
+
 def make_client() -> OpenLineageClient:
     """A client configured the standard ways, with fail-fast HTTP transports."""
     from openlineage.client import OpenLineageClient
@@ -91,7 +97,26 @@ def send(client: OpenLineageClient, data: dict[str, Any]) -> None:
         status = http_status(e)
         if status in PERMANENT_STATUS:
             raise Rejected(f"backend refused it with HTTP {status}") from e
+        if _read_timeout(e):
+            raise TooSlow(f"no answer in time: {type(e).__name__}: {e}") from e
         raise
+
+
+def _read_timeout(exc: BaseException) -> bool:
+    """Whether the backend took the connection and then did not read the event or answer
+    it in time (a slow reader times out our send: "Connection aborted", TimeoutError).
+    Not a timeout while connecting: that is a backend down, for every event alike."""
+    from requests.exceptions import ConnectTimeout, ReadTimeout
+    from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ConnectTimeout | ConnectTimeoutError | NewConnectionError):
+            return False
+        if isinstance(seen, ReadTimeout | TimeoutError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def http_status(exc: BaseException) -> int | None:

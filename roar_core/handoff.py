@@ -416,7 +416,7 @@ def main() -> None:
 
     cfg = config.load(cwd=Path(sys.argv[1]) if len(sys.argv) > 1 else None)
     fd = int(sys.argv[2]) if len(sys.argv) > 2 else None
-    roar = Roar(cfg)
+    roar = Roar(cfg, send=False)
     try:
         drain(roar, locked_fd=fd) if fd is not None else drain(roar, blocking=False)
         # A runner that finished while we held the lock did not start a recorder: look
@@ -424,7 +424,13 @@ def main() -> None:
         while pending(cfg) and drain(roar, blocking=False):
             pass
     finally:
-        roar.close(timeout=60.0)  # in the background: a large backlog may take a while
+        spool = roar.spool
+        roar.close(timeout=0)
+        if spool is not None:
+            # Up to a minute for a large backlog, but no retrying: in an outage each `run`
+            # started a recorder that waited the minute out (a dozen alive at once, 70 MiB
+            # each); the next recorder or `roar-core flush` tries again.
+            spool.flush(60.0, retry=False)
 
 
 if __name__ == "__main__":

@@ -45,8 +45,8 @@ from roar_core.spoolfiles import (
     Record,
     Segment,
     SegmentWriter,
-    ack_path,
     append_synced,
+    count_slow_try,
     pending_count,
     read_ack,
     remove_stale,
@@ -67,6 +67,9 @@ class FlushResult(NamedTuple):
 
 # Events delivered between two acks at most (one ack per pass otherwise).
 _ACK_EVERY = 256
+# Sends of one event that a backend took and did not answer in time (delivery.TooSlow),
+# counted across processes: then it is set aside, and the events behind it go.
+SLOW_TRIES = 5
 
 
 class _Outcome(Enum):
@@ -187,19 +190,20 @@ class Spool:
                 log.warning("roar: could not sync the OpenLineage spool %s: %s",
                             self.directory, e)
 
-    def flush(self, timeout: float | None = 10.0) -> FlushResult:
+    def flush(self, timeout: float | None = 10.0, *, retry: bool = True) -> FlushResult:
         """Send the backlog until it is empty or `timeout` seconds have passed.
 
-        Transient failures are retried with backoff within the timeout. Returns how many
-        events were sent meanwhile (by this call or the background thread) and how many are
-        still pending.
+        Transient failures are retried with backoff within the timeout; `retry=False`:
+        not at all (a process that exits next leaves the backlog to the next sender,
+        rather than linger through an outage). Returns how many events were sent meanwhile
+        (by this call or the background thread) and how many are still pending.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         before = self._sent_total
         failures = 0
         while True:
             outcome = self._pass(deadline)
-            if outcome in (_Outcome.DONE, _Outcome.HOLD, _Outcome.TIMEOUT):
+            if outcome in (_Outcome.DONE, _Outcome.HOLD, _Outcome.TIMEOUT) or not retry:
                 break
             failures += 1
             delay = self._backoff(failures)
@@ -240,7 +244,7 @@ class Spool:
         if segment is None or upto == 0:
             return True
         try:
-            return read_ack(ack_path(segment)) >= upto or not segment.exists()
+            return read_ack(segment) >= upto or not segment.exists()
         except OSError:
             return False
 
@@ -398,16 +402,29 @@ class Spool:
         try:
             delivery.send(client, data)
         except delivery.Rejected as e:
-            path = self.directory / REJECTED
-            log.warning("roar: OpenLineage event set aside in %s: %s", path, e)
-            reason = json.dumps(str(e)).encode()
-            append_synced(path, b'{"reason":%s,"event":%s}\n' % (reason, rec.body))
+            self._set_aside(rec, str(e))
             return True
+        except delivery.TooSlow as e:
+            tries = count_slow_try(self.directory, rec.segment.path, rec.start)
+            if tries >= SLOW_TRIES:
+                self._set_aside(rec, f"{e} ({tries} tries; {len(rec.body)} bytes): too big "
+                                     "or too slow for the backend")
+                return True
+            self._note_failure("OpenLineage backend too slow for an event", e)
+            return False
         except Exception as e:
             self._note_failure("OpenLineage backend unreachable", e)
             return False
         self._sent_total += 1
         return True
+
+    def _set_aside(self, rec: Record, reason: str) -> None:
+        """Never deliverable as it is: kept in REJECTED (a `doctor` finding), out of the
+        way of the events behind it."""
+        path = self.directory / REJECTED
+        log.warning("roar: OpenLineage event set aside in %s: %s", path, reason)
+        append_synced(path, b'{"reason":%s,"event":%s}\n' % (json.dumps(reason).encode(),
+                                                              rec.body))
 
     def _report_unreadable(self, rec: Record, problem: str) -> None:
         log.warning(

@@ -33,6 +33,7 @@ SEGMENT_SUFFIX = ".jsonl"
 ACK_SUFFIX = ".ack"
 SENDER_LOCK = ".sender.lock"
 REJECTED = "rejected.jsonl"
+SLOW = "slow-tries"  # one line per timed-out send of an event: "<segment> <offset>"
 _SEGMENT_NAME = re.compile(r"^\d{20}-\d+-[0-9a-f]+\.jsonl$")
 # The append time comes first so ordering needs no JSON parse of the whole line.
 _RECORD = re.compile(rb'\{"t":(\d+),"event":(.*)\}$', re.DOTALL)
@@ -181,7 +182,7 @@ class Segment:
             size = os.fstat(fd).st_size
         finally:
             os.close(fd)
-        return cls(path, sealed, size, min(read_ack(ack_path(path)), size))
+        return cls(path, sealed, size, min(read_ack(path), size))
 
     @property
     def delivered(self) -> bool:
@@ -246,7 +247,7 @@ def pending_count(directory: Path) -> int:
             data = path.read_bytes()
         except FileNotFoundError:
             continue
-        count += data.count(b"\n", read_ack(ack_path(path)))
+        count += data.count(b"\n", read_ack(path))
     return count
 
 
@@ -255,7 +256,7 @@ def pending_bytes(directory: Path) -> int:
     total = 0
     for path in segment_paths(directory):
         try:
-            total += max(0, path.stat().st_size - read_ack(ack_path(path)))
+            total += max(0, path.stat().st_size - read_ack(path))
         except FileNotFoundError:
             continue
     return total
@@ -270,19 +271,59 @@ def remove_stale(directory: Path) -> None:
                 _unlink(path)
         elif name.startswith(".") and name.endswith(".tmp") and _abandoned(path):
             _unlink(path)
+        elif name == SLOW and not _names_a_segment(path):
+            _unlink(path)
+
+
+def _names_a_segment(slow: Path) -> bool:
+    try:
+        lines = slow.read_bytes().splitlines()
+    except FileNotFoundError:
+        return False
+    names = {line.partition(b" ")[0] for line in lines}
+    return any((slow.parent / os.fsdecode(n)).exists() for n in names)
+
+
+def count_slow_try(directory: Path, segment: Path, offset: int) -> int:
+    """Count one more timed-out send of the event at `offset` of `segment`; returns how
+    many there have been (by any process)."""
+    path = directory / SLOW
+    key = b"%s %d\n" % (os.fsencode(segment.name), offset)
+    append_synced(path, key)
+    with open(path, "rb") as f:
+        return sum(1 for line in f if line == key)
 
 
 def ack_path(segment: Path) -> Path:
     return segment.with_name(segment.name + ACK_SUFFIX)
 
 
-def read_ack(path: Path) -> int:
+def read_ack(segment: Path) -> int:
+    """How far `segment` is delivered: the largest offset in its ack file that can be one.
+
+    Offsets only grow, and the last line may be torn by a crash.  An offset is believed
+    only where a record ends in the segment as it is (0, or just after a newline): a
+    damaged ack file (a stray write, a bad disk block) must cost resent events, never
+    events taken for delivered that were not (it read as "all of it" and the whole backlog
+    was dropped)."""
     try:
-        data = path.read_bytes()
+        data = ack_path(segment).read_bytes()
     except FileNotFoundError:
         return 0
-    # Offsets only grow; the last line may be torn by a crash, so take the largest whole one.
-    return max((int(x) for x in data.split(b"\n")[:-1] if x.isdigit()), default=0)
+    offsets = sorted({int(x) for x in data.split(b"\n")[:-1] if x.isdigit()}, reverse=True)
+    if not offsets:
+        return 0
+    try:
+        with open(segment, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            for offset in offsets:
+                if offset == 0:
+                    return 0
+                if offset <= size and os.pread(f.fileno(), 1, offset - 1) == b"\n":
+                    return offset
+    except FileNotFoundError:  # delivered whole and removed
+        return offsets[0]
+    return 0
 
 
 def append_synced(path: Path, data: bytes, sync: bool = True) -> None:

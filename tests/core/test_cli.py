@@ -431,6 +431,38 @@ def test_flush_sends_the_backlog(tmp_path: Path) -> None:
     assert kinds == ["START", "COMPLETE"]
 
 
+def _recorders_of(root: Path) -> list[int]:
+    """Background recorder processes working for the project at `root` (/proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"roar_core.handoff" in argv and os.fsencode(root) in argv:
+            found.append(int(entry.name))
+    return found
+
+
+def test_in_an_outage_background_recorders_do_not_linger(tmp_path: Path) -> None:
+    """Each `run` starts a recorder when none is at work; with the backend down each used to
+    wait a minute for it (a dozen alive at once): now it records, tries to send once, and
+    leaves the events spooled for the next one."""
+    import time
+
+    cli = make_cli(tmp_path)
+    down = {**cli.env, "OPENLINEAGE_URL": "http://127.0.0.1:9"}
+    for i in range(3):
+        assert cli("run", "--job", f"j{i}", "--", "true", env=down).returncode == 0
+    deadline = time.monotonic() + 20
+    while _recorders_of(cli.cwd) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _recorders_of(cli.cwd) == []
+    assert re.search(r"^spool\s+warn\s+6 event\(s\) pending", cli("doctor", env=down)
+                     .stdout.decode(), re.M)
+    assert cli.ok("flush") == "sent 6, pending 0\n"  # the embedded file transport
+
+
 def test_run_wait_hands_a_large_backlog_to_a_background_sender(tmp_path: Path) -> None:
     # ~700 bytes of event per output: 1,000 outputs make a backlog `--wait` does not send
     # itself. The lineage is stored and spooled before it exits; the events arrive after.

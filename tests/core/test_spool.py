@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from openlineage.client import OpenLineageClient
 from openlineage.client.event_v2 import RunEvent
@@ -44,6 +45,7 @@ class Endpoint:
         self.posts = 0
         # Maps a posted event to the HTTP status to answer (2xx records it).
         self.status: Callable[[dict[str, Any]], int] = lambda event: 201
+        self.read_rate: float | None = None  # bytes/s a slow backend reads a body at
         self._server: ThreadingHTTPServer | None = None
         self._lock = threading.Lock()
 
@@ -52,7 +54,9 @@ class Endpoint:
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
-                body = self.rfile.read(int(self.headers["Content-Length"]))
+                body = self._body(int(self.headers["Content-Length"]))
+                if body is None:
+                    return
                 event = json.loads(body)
                 with endpoint._lock:
                     endpoint.posts += 1
@@ -62,6 +66,18 @@ class Endpoint:
                 self.send_response(status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
+
+            def _body(self, size: int) -> bytes | None:
+                if endpoint.read_rate is None:
+                    return self.rfile.read(size)
+                body = b""
+                try:
+                    while len(body) < size:
+                        body += self.rfile.read(min(65536, size - len(body)))
+                        time.sleep(65536 / endpoint.read_rate)
+                except OSError:  # the client gave up
+                    return None
+                return body
 
             def log_message(self, *args: object) -> None:
                 pass
@@ -460,4 +476,56 @@ def test_sending_from_the_callers_thread_never_sleeps_and_backs_off(
     time.sleep(0.5)  # the backoff (0.25 to 0.5 s with jitter) runs out
     spool.send_some(5.0)
     assert spool.pending() == 0
+    assert [sent_form(e) for e in endpoint.received()] == [sent_form(e) for e in events]
+
+
+def test_an_event_too_slow_for_the_backend_is_set_aside_and_the_rest_go(
+    endpoint: Endpoint, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A backend reading at 1 MB/s, a client that waits 0.5 s: a 1.5 MB COMPLETE times out
+    every time.  It is tried SLOW_TRIES times, then set aside; the events behind it go
+    (they were blocked for good)."""
+    from roar_core.spool import SLOW_TRIES
+
+    endpoint.read_rate = 1_000_000
+    big = em.complete_event(em.TaskLineage(
+        namespace="ns", job_name="big", run_id=em.new_run_id(), event_time=T0,
+        outputs=[em.Dataset("file", f"/data/{i:06d}/" + "x" * 60, digest=f"{i:064x}", size=i)
+                 for i in range(8000)]))
+    small = lineage_events(runs=1)
+    ol = OpenLineageClient(transport=HttpTransport(HttpConfig(url=endpoint.url, timeout=0.5)))
+    spool = Spool(tmp_path / "spool", ol, start=False, backoff_initial=0.02, backoff_max=0.2)
+    try:
+        spool.append(big)
+        for event in small:
+            spool.append(event)
+        assert len(orjson.dumps(big)) > 1_200_000
+        assert spool.flush(timeout=30) == (len(small), 0)
+    finally:
+        spool.close()
+    assert [sent_form(e) for e in endpoint.received()] == [sent_form(e) for e in small]
+    rejected = (tmp_path / "spool" / "rejected.jsonl").read_text().splitlines()
+    assert len(rejected) == 1
+    assert json.loads(rejected[0])["event"]["job"]["name"] == "big"
+    assert f"{SLOW_TRIES} tries" in json.loads(rejected[0])["reason"]
+    assert len(spool_warnings(caplog, "too big or too slow")) == 1
+
+
+@pytest.mark.parametrize("damage", [b"99999999999\n", b"7\n", b"\x00\xff\x13garbage\n12",
+                                    b"40\n2\n"])
+def test_a_damaged_ack_file_costs_resends_never_events(
+    make_spool: Callable[..., Spool], endpoint: Endpoint, tmp_path: Path, damage: bytes
+) -> None:
+    """An offset past the segment, or inside a record: the events are sent (it read as
+    all delivered, and every pending event was dropped)."""
+    events = lineage_events(runs=2)
+    spool = make_spool(start=False)
+    for event in events:
+        spool.append(event)
+    spool.close()
+    (segment,) = sorted((tmp_path / "spool").glob("*.jsonl"))
+    (tmp_path / "spool" / (segment.name + ".ack")).write_bytes(damage)
+    again = make_spool(start=False)
+    assert again.pending() == len(events)
+    assert again.flush(timeout=10) == (len(events), 0)
     assert [sent_form(e) for e in endpoint.received()] == [sent_form(e) for e in events]
