@@ -148,10 +148,12 @@ class Roar:
                    run_facets: dict | None = None,
                    declared: Declared | None = None,
                    engine_version: emission.Engine | None = None,
-                   started_at: datetime | None = None) -> TaskMeta:
+                   started_at: datetime | None = None,
+                   secrets: tuple[str, ...] = ()) -> TaskMeta:
         """`declared`: the files the engine declared for the task; the recorder compares
         them with the trace (the `roar_io` facet) and adds declared code and engine-made
-        outputs.  `started_at`: when the engine started it (default: now)."""
+        outputs.  `started_at`: when the engine started it (default: now).  `secrets`:
+        values known to be secret (redact.redact_argv)."""
         meta = TaskMeta(
             run_id=run_id or emission.new_run_id(), engine=engine,
             namespace=self.config.namespace, job_name=job_name,
@@ -160,7 +162,7 @@ class Roar:
             parent_run_id=parent_run_id, command=command, host=self.host,
             pid=pid or os.getpid(), node_id=node_id, traced=traced,
             untraced_reason=untraced_reason, run_facets=run_facets or {}, declared=declared,
-            engine_version=engine_version,
+            engine_version=engine_version, secrets=tuple(secrets),
         )
         if not traced:
             log.warning("roar: task %s runs UNTRACED: %s", job_name, untraced_reason)

@@ -56,6 +56,9 @@ class TaskMeta:
     io_check: emission.IOCheck | None = None
     declared: declared_mod.Declared | None = None
     """Files the engine declared (inputs/outputs compared with the trace into `io_check`)."""
+    secrets: tuple[str, ...] = ()
+    """Values the engine knows to be secret (parameters named like one): masked wherever
+    they appear in the command, in events and in the store."""
 
     def __post_init__(self) -> None:
         # Valid text from here on: a `--job` or an argument with bytes that are not UTF-8
@@ -147,7 +150,7 @@ def lineage_of(meta: TaskMeta, outcome: TaskOutcome | None = None,
                inputs: list[emission.Dataset] | None = None,
                outputs: list[emission.Dataset] | None = None,
                code: list[CodeVersion] | None = None) -> emission.TaskLineage:
-    command = redact_argv(meta.command) if meta.command else None
+    command = redact_argv(meta.command, meta.secrets) if meta.command else None
     return emission.TaskLineage(
         namespace=meta.namespace, job_name=meta.job_name, run_id=meta.run_id,
         event_time=outcome.ended_at if outcome else meta.started_at,
@@ -166,7 +169,7 @@ def _task_run(meta: TaskMeta) -> TaskRun:
         workflow_run_id=meta.workflow.run_id if meta.workflow else None,
         parent_run_id=meta.parent_run_id, engine_task_id=meta.engine_task_id,
         attempt=meta.attempt, host=meta.host or "", pid=meta.pid or 0,
-        command=redact_argv(meta.command or []), traced=meta.traced,
+        command=redact_argv(meta.command or [], meta.secrets), traced=meta.traced,
         untraced_reason=meta.untraced_reason,
     )
 

@@ -29,6 +29,10 @@ _SECRET_WORDS = frozenset(
         "sig",
         "signature",
         "privatekey",
+        "passphrase",
+        "pw",
+        "pwd",
+        "bearer",
     }
 )
 # ...unless the value only points at the secret (`--password-file`, `--token-env`,
@@ -36,8 +40,12 @@ _SECRET_WORDS = frozenset(
 _INDIRECT_WORDS = frozenset({"file", "path", "stdin", "env", "prompt", "dir", "length", "len"})
 # Environment variable and KEY=VALUE names: a substring match, as these are usually one word
 # (`AWS_SECRET_ACCESS_KEY`, `GITHUB_TOKEN`, `PGPASSWORD`).
-_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL|AUTH", re.IGNORECASE)
-_ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_.-]*)=(.*)$", re.DOTALL)
+# `*_PWD`/`*_PW` (MYSQL_PWD) but not PWD or OLDPWD, the working directories.
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|KEY|CREDENTIAL|AUTH|"
+                          r"[_.-]PWD?$", re.IGNORECASE)
+# A whole argument `NAME=value` (env's, make's); with whitespace it is a script (`sh -c`),
+# masked word by word (redact_text) so that its commands stay.
+_ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_.-]*)=(\S*)$")
 
 # scheme://user:password@host or scheme://token@host: the whole userinfo may be a credential.
 _URL_USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^/@\s?#]+)@")
@@ -53,10 +61,22 @@ _HEADER_SECRET = re.compile(
 
 # Flags and assignments inside free text: shell strings (`bash -c "... --token x"`) and error
 # messages quoting argv (CalledProcessError prints "['psql', '--password', 'x']").
+# A value ends where a shell word does: masking keeps the command's shape (`--token X; echo`
+# stays two commands).
 _TEXT_FLAG = re.compile(
-    r"""(?<![\w-])(?P<flag>--?[A-Za-z][\w.-]*)(?P<sep>=|\s+|['"],\s*['"])(?P<value>[^\s'",\]]+)"""
+    r"""(?<![\w-])(?P<flag>--?[A-Za-z][\w.-]*)(?P<sep>=|\s+|['"],\s*['"])"""
+    r"""(?P<value>[^\s'",\];&|<>()`]+)"""
 )
-_TEXT_ASSIGNMENT = re.compile(r"""(?<![\w.-])(?P<name>[A-Za-z_][\w.]*)=(?P<value>[^\s'",&;]+)""")
+_TEXT_ASSIGNMENT = re.compile(
+    r"""(?<![\w.-])(?P<name>[A-Za-z_][\w.]*)=(?P<value>[^\s'",;&|<>()`]+)""")
+# `curl -u user:password`, `--user=user:password`: the part after the colon.
+_USER_FLAGS = frozenset({"-u", "--user", "--proxy-user"})
+_TEXT_USER = re.compile(r"""(?<![\w-])(?P<flag>-u|--user|--proxy-user)(?P<sep>=|\s+)"""
+                        r"""(?P<q>['"]?)(?P<user>[^\s:'"]+):(?P<value>[^\s'";&|<>()`]+)""")
+# MySQL's clients take the password glued to -p (`mysql -pX`); -p alone prompts.
+_MYSQL_CLIENT = re.compile(r"^(mysql|mariadb)[\w-]*$")
+_TEXT_MYSQL_P = re.compile(r"""(?P<lead>\b(?:mysql|mariadb)[\w-]*\b[^;&|\n]*?\s)-p"""
+                           r"""(?P<value>[^\s'";&|<>()`]+)""")
 
 
 def _is_secret_flag(flag: str) -> bool:
@@ -82,6 +102,8 @@ def redact_text(text: str) -> str:
     text = _TEXT_FLAG.sub(
         lambda m: f"{m['flag']}{m['sep']}{MASK}" if _is_secret_flag(m["flag"]) else m[0], text
     )
+    text = _TEXT_USER.sub(lambda m: f"{m['flag']}{m['sep']}{m['q']}{m['user']}:{MASK}", text)
+    text = _TEXT_MYSQL_P.sub(lambda m: f"{m['lead']}-p{MASK}", text)
     return _TEXT_ASSIGNMENT.sub(
         lambda m: f"{m['name']}={MASK}" if is_secret_name(m["name"]) else m[0], text
     )
@@ -100,20 +122,38 @@ def _mask_query(m: re.Match[str]) -> str:
     return m.group(0)
 
 
-def redact_argv(argv: Iterable[str]) -> list[str]:
+def redact_argv(argv: Iterable[str], secrets: Iterable[str] = ()) -> list[str]:
     """Return a copy of `argv` with secret values replaced by ``***``.
 
-    Handles ``--password X``, ``--password=X``, ``-token=X``, ``PASSWORD=X`` and credentials
-    inside URLs, query strings and header arguments. Two-character flags (``-p X``) are left
-    alone: their meaning differs per program (port, path, password) and guessing would hide
-    ordinary arguments.
+    Handles ``--password X``, ``--password=X``, ``-token=X``, ``PASSWORD=X``, ``-u user:X``,
+    MySQL's ``-pX`` and credentials inside URLs, query strings and header arguments. Other
+    two-character flags (``-p X``) are left alone: their meaning differs per program (port,
+    path, password) and guessing would hide ordinary arguments.  `secrets`: values known to
+    be secret (an engine's parameters named like one), masked wherever they appear.
     """
+    argv = list(argv)
+    known = sorted({s for s in secrets if len(s) >= _MIN_KNOWN}, key=len, reverse=True)
+    mysql = bool(argv) and bool(_MYSQL_CLIENT.match(argv[0].rsplit("/", 1)[-1]))
     out: list[str] = []
-    mask_next = False
+    mask_next = mask_password = False
     for arg in argv:
+        for value in known:
+            arg = arg.replace(value, MASK)
         if mask_next:
             out.append(MASK)
             mask_next = False
+            continue
+        if mask_password:
+            user, colon, _ = arg.partition(":")
+            out.append(f"{user}:{MASK}" if colon else arg)
+            mask_password = False
+            continue
+        if arg in _USER_FLAGS:
+            mask_password = True
+            out.append(arg)
+            continue
+        if mysql and arg.startswith("-p") and len(arg) > 2 and not arg.startswith("--"):
+            out.append(f"-p{MASK}")
             continue
         # Long flags, including single-dash ones (`-token=x`, Java's `-Dkey.password=x`).
         if arg.startswith("-") and len(arg) > 2:
@@ -130,6 +170,11 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
             continue
         out.append(redact_text(arg))
     return out
+
+
+# A known secret shorter than this is not looked for inside arguments: masking every "1"
+# of a command would hide it all and protect nothing.
+_MIN_KNOWN = 4
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:

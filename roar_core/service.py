@@ -104,6 +104,7 @@ class TaskSpec:
     own_log_offset: int = 0
     own_log_dropped: int = 0  # its header's count of lost events at begin
     session: str | None = None  # a session of the task's own (all its logs are the task's)
+    secrets: list[str] = field(default_factory=list)  # values to mask (TaskMeta.secrets)
 
 
 class Result:
@@ -356,7 +357,8 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         return self.roar.begin_task(
             spec.job_name, spec.engine, workflow=workflow, engine_task_id=spec.engine_task_id,
             attempt=spec.attempt, pid=spec.pid, run_id=spec.run_id,
-            engine_version=Engine(**spec.engine_version) if spec.engine_version else None)
+            engine_version=Engine(**spec.engine_version) if spec.engine_version else None,
+            secrets=tuple(spec.secrets))
 
     def end(self, spec: TaskSpec, meta: TaskMeta, status: str, error: str | None,
             waited: bool = True) -> Result:

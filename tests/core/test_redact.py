@@ -23,6 +23,16 @@ from roar_core.redact import MASK, redact_argv, redact_env, redact_text
         (["curl", "-H", "Authorization: Bearer t1"], ["curl", "-H", f"Authorization: {MASK}"]),
         (["wget", "https://b.s3/k?X-Amz-Signature=s1&X-Amz-Date=d"],
          ["wget", f"https://b.s3/k?X-Amz-Signature={MASK}&X-Amz-Date=d"]),
+        (["gpg", "--passphrase", "s1", "--pw", "s2", "--pwd=s3", "--bearer", "s4"],
+         ["gpg", "--passphrase", MASK, "--pw", MASK, f"--pwd={MASK}", "--bearer", MASK]),
+        (["curl", "-u", "alice:s1", "--proxy-user=bob:s2"],
+         ["curl", "-u", f"alice:{MASK}", f"--proxy-user=bob:{MASK}"]),
+        (["env", "MYSQL_PWD=s1", "mysqldump", "-ps2", "-P", "3306"],
+         ["env", f"MYSQL_PWD={MASK}", "mysqldump", "-ps2", "-P", "3306"]),
+        (["/usr/bin/mysqldump", "-ps2", "-p", "db"], ["/usr/bin/mysqldump", f"-p{MASK}", "-p", "db"]),
+        # A value in a shell string ends where the shell word does: the shape stays.
+        (["sh", "-c", "deploy --token s1; echo done"], ["sh", "-c", f"deploy --token {MASK}; echo done"]),
+        (["sh", "-c", "A_TOKEN=s1 sh -c 'x|y'"], ["sh", "-c", f"A_TOKEN={MASK} sh -c 'x|y'"]),
     ],
 )  # fmt: skip
 def test_redact_argv_masks_secret_values(argv: list[str], expected: list[str]) -> None:
@@ -37,6 +47,8 @@ def test_redact_argv_masks_secret_values(argv: list[str], expected: list[str]) -
         ["docker", "login", "--password-stdin", "registry.example"],
         ["mysql", "-p", "3306"],  # two-character flags mean different things per program
         ["OUT=/data/x", "https://example.com/path?page=2"],
+        ["env", "PWD=/work", "OLDPWD=/tmp", "make"],  # working directories, not passwords
+        ["python", "-u", "train.py", "-p", "8080"],
     ],
 )
 def test_redact_argv_keeps_ordinary_arguments(argv: list[str]) -> None:
@@ -88,3 +100,9 @@ def test_redact_text_flags_inside_strings() -> None:
     assert redact_argv(["bash", "-c", "curl --token=t1 -o out PGPASSWORD=p2 x"]) == [
         "bash", "-c", f"curl --token={MASK} -o out PGPASSWORD={MASK} x",
     ]  # fmt: skip
+
+
+def test_known_secret_values_are_masked_wherever_they_appear() -> None:
+    argv = ["sh", "-c", "curl -H 'X-Key: v4lue' https://h/x?k=v4lue", "v4lue", "1"]
+    assert redact_argv(argv, secrets=["v4lue", "1"]) == [
+        "sh", "-c", f"curl -H 'X-Key: {MASK}' https://h/x?k={MASK}", MASK, "1"]

@@ -60,6 +60,13 @@ def _named(items: Iterable[tuple[str, object]]) -> dict:
     return {str(k): _json_value(str(k), v) for k, v in items if not str(k).startswith("_")}
 
 
+def secrets(job) -> tuple[str, ...]:
+    """The job's parameters named like a secret (`api_key=...`): their values are masked
+    in its command too, where Snakemake has put them."""
+    return tuple(v for k, v in job.params.items() if isinstance(v, str) and v
+                 and is_secret_name(str(k)))
+
+
 def _params(params) -> dict:
     named = dict(params.items())
     out = _named(named.items())

@@ -131,6 +131,7 @@ class Lineage:
             run_facets={"roar_snakemake": jobs.facet(job, kind)},
             declared=jobs.declared(job, workflow, spawned),
             engine_version=self.engine_version, command=jobs.command(job),
+            secrets=jobs.secrets(job),
             pid=os.getpid(),  # until the job's own process is known (its end says)
         )
         binding = tracing.Binding(session, run_id) if session is not None else None

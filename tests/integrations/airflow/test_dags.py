@@ -10,6 +10,7 @@ must carry the files the task really read and wrote, with blake3 digests, under 
 
 from __future__ import annotations
 
+import json
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,7 +152,7 @@ def test_parent_is_the_dag_run(etl: EtlRun) -> None:
     assert dag_events and {e["eventType"] for e in dag_events} == {"FAIL"}
     dag_run_id = dag_events[0]["run"]["runId"]
     tasks = [e for e in etl.events if e["job"]["name"].startswith(f"{DAG}.")]
-    assert len(tasks) == 2 * 9  # START + COMPLETE/FAIL for 8 tasks, one mapped twice
+    assert len(tasks) == 2 * 10  # START + COMPLETE/FAIL for 9 tasks, one mapped twice
     for ev in tasks:
         parent = ev["run"]["facets"]["parent"]
         assert parent["run"]["runId"] == dag_run_id
@@ -203,3 +204,16 @@ def test_every_event_validates(etl: EtlRun) -> None:
         provider_errors.update(report.provider_errors)
     assert unchecked <= EXPECTED_UNCHECKED, unchecked
     assert provider_errors <= set(KNOWN_PROVIDER_ERRORS), provider_errors
+
+
+def test_secret_arguments_leave_nothing(etl: EtlRun) -> None:
+    """`passphrase=` of call_tool: in no event (the provider's included), nor in roar's
+    store or spool, though the task ran programs with it in their arguments."""
+    canary = b"af-cnry-77e1d"
+    (done,) = etl.task_events("call_tool", "COMPLETE")
+    assert canary.decode() not in json.dumps(etl.events)
+    leaks = [p for p in (etl.work / "roar").rglob("*")
+             if p.is_file() and canary in p.read_bytes()]
+    assert leaks == []
+    if etl.mode == "boundary":  # the task's own process ran `true`: its command
+        assert done["run"]["facets"]["roar_task"]["command"] == ["true", "***"]

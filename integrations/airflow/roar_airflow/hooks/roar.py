@@ -63,6 +63,7 @@ class TaskIdentity:
     dag_run_id: str  # the provider's OpenLineage run id of the DAG run
     engine_task_id: str
     attempt: int
+    secrets: tuple[str, ...] = ()  # values of its arguments named like a secret
 
     @property
     def workflow(self) -> dict[str, str]:
@@ -224,7 +225,7 @@ class RoarHook(BaseHook):
             engine_task_id=ident.engine_task_id, attempt=ident.attempt,
             engine_version={"name": "airflow", "version": airflow_version()},
             own_log=os.fspath(own_log) if own_log else None, own_log_offset=offset,
-            own_log_dropped=dropped,
+            own_log_dropped=dropped, secrets=list(ident.secrets),
             session=os.fspath(task_session) if task_session else None))
         return client
 
@@ -242,6 +243,7 @@ class RoarHook(BaseHook):
             ident.job_name, ENGINE, workflow=workflow, engine_task_id=ident.engine_task_id,
             attempt=ident.attempt, run_id=ident.run_id, traced=traced,
             untraced_reason=untraced_reason, engine_version=Engine("airflow", airflow_version()),
+            secrets=ident.secrets,
         )
 
     def _local_end(self, run: TaskRun, status: str, error: str | None) -> Result:
@@ -356,8 +358,19 @@ def task_identity(context: Any, namespace: str) -> TaskIdentity:
         namespace=namespace, job_name=f"{ti.dag_id}.{ti.task_id}", run_id=str(run_id),
         dag_id=ti.dag_id, dag_run_id=str(dag_run_id),
         engine_task_id=str(getattr(ti, "id", None) or f"{ti.dag_id}/{ti.run_id}/{ti.task_id}"),
-        attempt=ti.try_number,
+        attempt=ti.try_number, secrets=_secrets(context),
     )
+
+
+def _secrets(context: Any) -> tuple[str, ...]:
+    """The task's keyword arguments and DAG params named like a secret (`api_key=...`):
+    their values are masked wherever the task's commands carry them."""
+    from roar_core.redact import is_secret_name
+
+    task = context.get("task")
+    named = {**(context.get("params") or {}), **(getattr(task, "op_kwargs", None) or {})}
+    return tuple(v for k, v in named.items()
+                 if isinstance(v, str) and v and is_secret_name(str(k)))
 
 
 def airflow_version() -> str:

@@ -1,5 +1,6 @@
 """extract -> transform -> load with @task.roar, a traced BashOperator, a mapped task, one
-that fails half-way, and one reading an untraced copy (the join by content hash).  Files go
+that fails half-way, one reading an untraced copy (the join by content hash), and one
+handing a secret argument to programs.  Files go
 to $ROAR_TEST_AIRFLOW_DATA.  The callables import inside their bodies: in subprocess mode
 they run like @task.external_python."""
 
@@ -76,6 +77,15 @@ def roar_etl():
         with open(os.path.join(os.path.dirname(os.path.dirname(copy)), "summary.txt"), "w") as f:
             f.write(f"{n}\n")
 
+    @task.roar
+    def call_tool(clean: str, passphrase: str) -> None:
+        """A secret argument handed to programs (test_secret_arguments_leave_nothing)."""
+        import subprocess
+
+        # The first program a task runs is its command: the secret as a bare argument.
+        subprocess.run(["true", passphrase], check=True)
+        subprocess.run(["true", "--passphrase", passphrase], check=True)
+
     count_lines = RoarBashOperator(
         task_id="count_lines",
         bash_command='cd "$ROAR_TEST_AIRFLOW_DATA" && wc -l < clean.csv > lines.txt',
@@ -88,6 +98,7 @@ def roar_etl():
     clean >> count_lines
     broken(clean)
     summarize(stage(clean))
+    call_tool(clean, passphrase="af-cnry-77e1d")
 
 
 roar_etl()
