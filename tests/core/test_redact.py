@@ -29,9 +29,11 @@ from roar_core.redact import MASK, redact_argv, redact_env, redact_text
          ["curl", "-u", f"alice:{MASK}", f"--proxy-user=bob:{MASK}"]),
         (["env", "MYSQL_PWD=s1", "mysqldump", "-ps2", "-P", "3306"],
          ["env", f"MYSQL_PWD={MASK}", "mysqldump", "-ps2", "-P", "3306"]),
-        (["/usr/bin/mysqldump", "-ps2", "-p", "db"], ["/usr/bin/mysqldump", f"-p{MASK}", "-p", "db"]),
+        (["/usr/bin/mysqldump", "-ps2", "-p", "db"],
+         ["/usr/bin/mysqldump", f"-p{MASK}", "-p", "db"]),
         # A value in a shell string ends where the shell word does: the shape stays.
-        (["sh", "-c", "deploy --token s1; echo done"], ["sh", "-c", f"deploy --token {MASK}; echo done"]),
+        (["sh", "-c", "deploy --token s1; echo done"],
+         ["sh", "-c", f"deploy --token {MASK}; echo done"]),
         (["sh", "-c", "A_TOKEN=s1 sh -c 'x|y'"], ["sh", "-c", f"A_TOKEN={MASK} sh -c 'x|y'"]),
     ],
 )  # fmt: skip
