@@ -574,7 +574,32 @@ def check_openlineage(cfg: config_mod.Config) -> Check:
         client = ol_client(cfg)
     except CliError as e:
         return "openlineage", "FAIL", str(e)
-    return "openlineage", "ok", describe_transport(client.transport)
+    where = describe_transport(client.transport)
+    down = unreachable(client.transport)
+    if down:
+        return "openlineage", "FAIL", f"{where}: cannot connect ({down}); events wait in the spool"
+    return "openlineage", "ok", where
+
+
+def unreachable(transport: Any, timeout: float = 2.0) -> str | None:
+    """Why an HTTP transport's server (each of a composite's) takes no connection, or
+    None.  A connection only: sending a test event would put it in the user's lineage."""
+    import socket
+    from urllib.parse import urlsplit
+
+    kind = getattr(transport, "kind", None)
+    if kind == "composite":
+        return next((why for t in transport.transports if (why := unreachable(t, timeout))),
+                    None)
+    if kind != "http":
+        return None
+    parts = urlsplit(str(getattr(transport, "url", "")))
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((parts.hostname or "localhost", port), timeout=timeout).close()
+    except OSError as e:
+        return e.strerror or type(e).__name__
+    return None
 
 
 def describe_transport(transport: Any) -> str:

@@ -203,6 +203,24 @@ def test_doctor_and_module_entry_point(pipeline: Cli) -> None:
     assert sorted(kinds) == ["COMPLETE"] * 4 + ["START"] * 4
 
 
+def test_doctor_says_when_the_backend_takes_no_connection(tmp_path: Path) -> None:
+    import socket
+
+    cli = make_cli(tmp_path)
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        up = cli("doctor", env={**cli.env, "OPENLINEAGE_URL": f"http://127.0.0.1:{port}"})
+    assert up.returncode == 0 and re.search(rb"^openlineage\s+ok\s+http transport", up.stdout,
+                                            re.M), up.stdout
+    # The same port, closed now.
+    down = cli("doctor", env={**cli.env, "OPENLINEAGE_URL": f"http://127.0.0.1:{port}"})
+    assert down.returncode == 1
+    assert re.search(rb"^openlineage\s+FAIL\s+http transport .*cannot connect \(Connection "
+                     rb"refused\)", down.stdout, re.M), down.stdout
+
+
 def test_doctor_says_when_the_native_hasher_is_missing(pipeline: Cli) -> None:
     """A warning line for hashing (it falls back to Python), not a crash of doctor."""
     script = ("import sys; from pathlib import Path; import roar_core.nativehash as n; "
