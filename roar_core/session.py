@@ -378,21 +378,37 @@ _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _SI_KERNEL = 0x80  # si_code of a signal the kernel sent: a terminal's ^C, ^\, hang-up
 
 
-def _forward_signals(proc: subprocess.Popen) -> dict[int, object]:
-    """While the child runs, signals sent to us are the child's (as a shell's `exec`
-    would have them).  Used where they cannot be waited for (see _wait_forwarding)."""
-    previous = {}
+class _Relay:
+    """Python-level handlers relaying signals to the child; set before it is started (a
+    signal arriving between its start and our handlers would kill us by its default
+    action, leaving the command running alone), holding what comes before it exists.
+    Exec resets caught signals to their defaults: the child does not inherit these."""
 
-    def forward(signum, _frame):
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.early: list[int] = []
+        self.previous: dict[int, object] = {}
+        if threading.current_thread() is threading.main_thread():
+            for s in _FORWARDED:
+                self.previous[s] = signal.signal(s, self._forward)
+
+    def _forward(self, signum: int, _frame: object) -> None:
+        if self.proc is None:
+            self.early.append(signum)
+            return
         try:
-            proc.send_signal(signum)
+            self.proc.send_signal(signum)
         except ProcessLookupError:
             pass
 
-    if threading.current_thread() is threading.main_thread():
-        for s in _FORWARDED:
-            previous[s] = signal.signal(s, forward)
-    return previous
+    def started(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        for signum in self.early:
+            self._forward(signum, None)
+
+    def restore(self) -> None:
+        for s, h in self.previous.items():
+            signal.signal(s, h)
 
 
 def _sent_to_us_alone(info: signal.struct_siginfo) -> bool:
@@ -436,10 +452,15 @@ def run_traced(argv: list[str], session_dir: Path | None, tag: str | None,
     The command inherits every descriptor we inherited (fd 3 of `cmd 3>f`, bash's
     `<(...)` pipes, make's jobserver); roar's own are close-on-exec."""
     env = tracer.preload_env(session_dir, tag=tag) if session_dir else dict(os.environ)
-    proc = subprocess.Popen(argv, env=env, cwd=cwd, close_fds=False)
     # Python's handlers relay what arrives until the signals are blocked (in the main
     # thread only: elsewhere Python sets no handlers, and nothing is relayed).
-    previous = _forward_signals(proc)
+    relay = _Relay()
+    try:
+        proc = subprocess.Popen(argv, env=env, cwd=cwd, close_fds=False)
+    except BaseException:
+        relay.restore()
+        raise
+    relay.started(proc)
     # Blocked only now: the child inherits a signal mask.  The tail thread, started
     # after, has them blocked too, as sigtimedwait needs in every thread.
     main = threading.current_thread() is threading.main_thread()
@@ -458,8 +479,7 @@ def run_traced(argv: list[str], session_dir: Path | None, tag: str | None,
             tailer.join()
         if old_mask is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
-        for s, h in previous.items():
-            signal.signal(s, h)
+        relay.restore()
 
 
 # Between reads of a running command's logs: long enough that a quiet command costs

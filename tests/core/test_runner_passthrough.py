@@ -46,8 +46,8 @@ def test_a_process_substitution_reaches_the_command(tmp_path: Path, wait: list[s
 # cleanup kills it (as it would untraced).
 CLEANS_UP = """
 import sys, time
-print("ready", flush=True)
 try:
+    print("ready", flush=True)
     time.sleep(30)
 except KeyboardInterrupt:
     time.sleep(0.5)
