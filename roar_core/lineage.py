@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import Connection, bindparam, select
+from sqlalchemy import Connection, bindparam, func, select
 
 from roar_core.store_schema import AccessRow, FileVersionRow, TaskRunRow
 
@@ -158,6 +158,48 @@ _PRODUCERS_OF = (
     .join(TaskRunRow, FileVersionRow.producer_run_id == TaskRunRow.run_id)
     .where(FileVersionRow.digest.in_(bindparam("digests", expanding=True)))
 )
+
+
+# The latest version under each path of each content a reader may have got it from: what
+# pick_producer chooses among for one reader, without fetching every version ever made
+# (a step rerun daily writes the same bytes each time; fetching them all made recording
+# grow with the store's history).
+_RANKED = (
+    select(
+        FileVersionRow.uri,
+        FileVersionRow.digest,
+        FileVersionRow.id,
+        TaskRunRow.run_id,
+        TaskRunRow.job_name,
+        TaskRunRow.status,
+        TaskRunRow.started_at,
+        func.row_number().over(
+            partition_by=(FileVersionRow.digest, FileVersionRow.uri),
+            order_by=(TaskRunRow.started_at.desc(), FileVersionRow.id.desc()),
+        ).label("rank"),
+    )
+    .join(TaskRunRow, FileVersionRow.producer_run_id == TaskRunRow.run_id)
+    .where(
+        FileVersionRow.digest.in_(bindparam("digests", expanding=True)),
+        TaskRunRow.run_id != bindparam("reader"),
+        TaskRunRow.started_at <= bindparam("started_by"),
+    )
+    .subquery()
+)
+_LATEST_PER_PATH = select(_RANKED).where(_RANKED.c.rank == 1)
+
+
+def latest_per_path(conn: Connection, digests: Iterable[str], reader: str,
+                    started_by: datetime) -> dict[str, list[Candidate]]:
+    """For one reader (a run id, and its start): the candidates `pick_producer` can choose
+    among, one per (content, path), the latest; its choice among these is its choice
+    among all `producer_candidates`."""
+    out: dict[str, list[Candidate]] = defaultdict(list)
+    for chunk in _chunks(digests):
+        params = {"digests": chunk, "reader": reader, "started_by": started_by}
+        for r in conn.execute(_LATEST_PER_PATH, params):
+            out[r.digest].append(Candidate(r.uri, r.digest, r.id, _run_node(r)))
+    return out
 
 
 def producer_candidates(conn: Connection, digests: Iterable[str]) -> dict[str, list[Candidate]]:

@@ -808,7 +808,8 @@ def _record_accesses(
         conn, [(a.uri, a.digest, a.size, a.mtime_ns, task_run_id, t, t) for a in outputs],
         converted=_TIMES)
     candidates = (
-        _lineage.producer_candidates(conn, {a.digest for a in inputs}) if inputs else {}
+        _lineage.latest_per_path(conn, {a.digest for a in inputs}, task_run_id, started_at)
+        if inputs else {}
     )
     records = []
     for a in checked:
