@@ -60,10 +60,16 @@ def _now() -> str:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".tmp")
+    _write_durably(path, json.dumps(data).encode())
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    """`path` holds `data`, whole and on disk, or is as it was (nothing half-written is
+    left behind: a full disk)."""
+    tmp = path.with_name(path.name + ".tmp")
     try:
-        with open(tmp, "w") as f:
-            json.dump(data, f)
+        with open(tmp, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -116,6 +122,12 @@ def _new_session(session: Path, info: RunnerInfo) -> None:
 
         shutil.rmtree(session, ignore_errors=True)  # nothing half-written left behind
         raise
+
+
+def _session_bases(cfg: Config) -> list[Path]:
+    """Where `roar-core run`'s sessions are: under the home, and in the spare directory."""
+    spare = spare_dir(cfg)
+    return [cfg.sessions_dir] if spare is None else [cfg.sessions_dir, spare]
 
 
 def spare_dir(cfg: Config) -> Path | None:
@@ -219,8 +231,7 @@ def spawn_recorder(cfg: Config) -> None:
 def pending(cfg: Config) -> list[Path]:
     """Sessions ready to record: ended, or orphaned by a runner that died (under the home,
     and in the spare directory)."""
-    found = [d for base in (cfg.sessions_dir, spare_dir(cfg)) if base is not None
-             for d in base.glob("run-*")]
+    found = [d for base in _session_bases(cfg) for d in base.glob("run-*")]
     out = []
     for d in sorted(found, key=_mtime_ns):
         runner = d / RUNNER
@@ -253,7 +264,9 @@ def _record_session(roar, d: Path, collector=None):
     from roar_core.recorder import TaskMeta, TaskOutcome
 
     info = read_runner(d)
-    if _resume(roar, d, info.run_id):
+    stored = roar.store.task_run(info.run_id)
+    if stored is not None and stored.status != "RUNNING":
+        _resume(roar, d)
         return None
     done_path = d / DONE
     done = TaskDone(**json.loads(done_path.read_text())) if done_path.exists() else None
@@ -302,7 +315,9 @@ def _record_session(roar, d: Path, collector=None):
     else:
         captured = roar.recorder.capture_late(meta, outcome, records)
     # Its start and end in one commit, its events kept in the session until spooled.
-    recorded = roar.recorder.record(meta, outcome, records, captured=captured, start=True,
+    # (A run stored RUNNING: its start only, by a recorder of an older roar.)
+    recorded = roar.recorder.record(meta, outcome, records, captured=captured,
+                                    start=stored is None,
                                     before_commit=lambda events: _stage_events(d, events))
     _unstage(d)
     return recorded
@@ -314,12 +329,7 @@ def _stage_events(d: Path, events: list) -> None:
     run again would fail, and a run stored without its events would never be sent)."""
     import orjson
 
-    tmp = d / (STAGED + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(b"".join(orjson.dumps(e) + b"\n" for e in events))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, d / STAGED)
+    _write_durably(d / STAGED, b"".join(orjson.dumps(e) + b"\n" for e in events))
 
 
 def _unstage(d: Path) -> None:
@@ -334,14 +344,9 @@ def _unstage(d: Path) -> None:
     shutil.rmtree(d, ignore_errors=True)
 
 
-def _resume(roar, d: Path, run_id: str) -> bool:
+def _resume(roar, d: Path) -> None:
     """Finish a session whose run a recorder that died has stored already: spool the
-    events it staged, once.  False: the run is not stored (record it)."""
-    run = roar.store.task_run(run_id)
-    if run is None:
-        return False
-    if run.status == "RUNNING":  # its start only (a recorder of an older roar): record it
-        return False
+    events it staged, once."""
     staged = d / STAGED
     if staged.exists() and roar.recorder.spool is not None:
         import orjson
@@ -353,7 +358,6 @@ def _resume(roar, d: Path, run_id: str) -> bool:
             for line in lines:
                 roar.recorder.emit(Event(orjson.loads(line)))
     _unstage(d)
-    return True
 
 
 def drain(roar, blocking: bool = True, locked_fd: int | None = None,
@@ -400,8 +404,7 @@ def _note_failure(d: Path, why: str) -> None:
 def failures(cfg: Config) -> list[tuple[Path, str]]:
     """Sessions whose last attempt to be recorded failed, and why (for `doctor`)."""
     out = []
-    found = [e for base in (cfg.sessions_dir, spare_dir(cfg)) if base is not None
-             for e in base.glob(f"run-*/{ERROR}")]
+    found = [e for base in _session_bases(cfg) for e in base.glob(f"run-*/{ERROR}")]
     for err in sorted(found, key=_mtime_ns):
         try:
             out.append((err.parent, err.read_text().strip()))

@@ -54,11 +54,19 @@ elif point == "mid-spool":  # START spooled, COMPLETE not
     spool.Spool.append = second_dies
 elif point == "after-spool":  # both events spooled, the session not removed yet
     handoff._unstage = die
+elif point == "older-start":  # as a recorder of an older roar did: its START stored alone
+    from roar_core import recorder
+
+    def start_alone(self, meta, *args, **kwargs):
+        self.started(meta)
+        die()
+    recorder.Recorder.record = start_alone
 handoff.drain(Roar(config.load()))
 print("not killed")
 """
 
-POINTS = ["before-store", "mid-store", "after-store", "mid-spool", "after-spool"]
+POINTS = ["before-store", "mid-store", "after-store", "mid-spool", "after-spool",
+          "older-start"]
 
 
 @pytest.mark.parametrize("point", POINTS)
