@@ -144,35 +144,29 @@ def _run_node(row: Any) -> RunNode:
     return RunNode(row.run_id, row.job_name, row.status, row.started_at)
 
 
+# What a producer candidate is made of: the version, and the run that wrote it.
+_CANDIDATE = (
+    FileVersionRow.uri,
+    FileVersionRow.digest,
+    FileVersionRow.id,
+    TaskRunRow.run_id,
+    TaskRunRow.job_name,
+    TaskRunRow.status,
+    TaskRunRow.started_at,
+)
 # Built once: constructing a select costs more than running it on an indexed column.
 _PRODUCERS_OF = (
-    select(
-        FileVersionRow.uri,
-        FileVersionRow.digest,
-        FileVersionRow.id,
-        TaskRunRow.run_id,
-        TaskRunRow.job_name,
-        TaskRunRow.status,
-        TaskRunRow.started_at,
-    )
+    select(*_CANDIDATE)
     .join(TaskRunRow, FileVersionRow.producer_run_id == TaskRunRow.run_id)
     .where(FileVersionRow.digest.in_(bindparam("digests", expanding=True)))
 )
-
-
 # The latest version under each path of each content a reader may have got it from: what
 # pick_producer chooses among for one reader, without fetching every version ever made
 # (a step rerun daily writes the same bytes each time; fetching them all made recording
 # grow with the store's history).
 _RANKED = (
     select(
-        FileVersionRow.uri,
-        FileVersionRow.digest,
-        FileVersionRow.id,
-        TaskRunRow.run_id,
-        TaskRunRow.job_name,
-        TaskRunRow.status,
-        TaskRunRow.started_at,
+        *_CANDIDATE,
         func.row_number().over(
             partition_by=(FileVersionRow.digest, FileVersionRow.uri),
             order_by=(TaskRunRow.started_at.desc(), FileVersionRow.id.desc()),
@@ -194,18 +188,19 @@ def latest_per_path(conn: Connection, digests: Iterable[str], reader: str,
     """For one reader (a run id, and its start): the candidates `pick_producer` can choose
     among, one per (content, path), the latest; its choice among these is its choice
     among all `producer_candidates`."""
-    out: dict[str, list[Candidate]] = defaultdict(list)
-    for chunk in _chunks(digests):
-        params = {"digests": chunk, "reader": reader, "started_by": started_by}
-        for r in conn.execute(_LATEST_PER_PATH, params):
-            out[r.digest].append(Candidate(r.uri, r.digest, r.id, _run_node(r)))
-    return out
+    return _candidates(conn, _LATEST_PER_PATH, digests, reader=reader,
+                       started_by=started_by)
 
 
 def producer_candidates(conn: Connection, digests: Iterable[str]) -> dict[str, list[Candidate]]:
+    return _candidates(conn, _PRODUCERS_OF, digests)
+
+
+def _candidates(conn: Connection, query: Any, digests: Iterable[str],
+                **params: Any) -> dict[str, list[Candidate]]:
     out: dict[str, list[Candidate]] = defaultdict(list)
     for chunk in _chunks(digests):
-        for r in conn.execute(_PRODUCERS_OF, {"digests": chunk}):
+        for r in conn.execute(query, {"digests": chunk, **params}):
             out[r.digest].append(Candidate(r.uri, r.digest, r.id, _run_node(r)))
     return out
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import gc
 import logging
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -268,13 +268,11 @@ class Recorder:
         recorder that may die between the commit and the spool keeps them there, to send
         without storing the task twice)."""
         with gc_paused():
-            if before_commit is None:
+            # With before_commit, its stage is one transaction that commits after it.
+            with self.store.batch() if before_commit is not None else nullcontext():
                 task, events = self._stage(meta, outcome, records, untraceable, start,
                                            captured)
-            else:
-                with self.store.batch():
-                    task, events = self._stage(meta, outcome, records, untraceable, start,
-                                               captured)
+                if before_commit is not None:
                     before_commit(events)
             if self.spool is not None:
                 with self.spool.batch():  # its START and end: one sync

@@ -327,17 +327,12 @@ class Store:
         if getattr(self._batch, "conn", None) is not None:
             yield  # inside another batch: that one commits
             return
-        try:
-            with self._writer.begin() as conn:
-                self._batch.conn = conn
-                try:
-                    yield
-                finally:
-                    self._batch.conn = None
-        except IntegrityError as exc:
-            raise StoreError(f"cannot record: {_one_line(exc)}") from exc
-        except SQLAlchemyError as exc:
-            raise StoreError(f"cannot record in {self._where}: {_one_line(exc)}") from exc
+        with self._errors_as("cannot record"), self._writer.begin() as conn:
+            self._batch.conn = conn
+            try:
+                yield
+            finally:
+                self._batch.conn = None
 
     @contextmanager
     def _transaction(self, what: str, *, write: bool) -> Iterator[Connection]:
@@ -347,9 +342,14 @@ class Store:
         if batch is not None:
             yield batch  # an error fails the whole batch, which says so
             return
+        with self._errors_as(what), (self._writer if write else self._engine).begin() as conn:
+            yield conn
+
+    @contextmanager
+    def _errors_as(self, what: str) -> Iterator[None]:
+        """Database errors as one-line StoreErrors saying `what` failed (and where)."""
         try:
-            with (self._writer if write else self._engine).begin() as conn:
-                yield conn
+            yield
         except IntegrityError as exc:
             raise StoreError(f"{what}: {_one_line(exc)}") from exc
         except SQLAlchemyError as exc:
