@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import blake3
 import pytest
 
 from roar_core import config, handoff
@@ -109,3 +110,6 @@ def test_the_next_recorder_finishes_the_run_exactly_once(tmp_path: Path, point: 
         assert kinds == ["START", "COMPLETE"]
     complete = next(e for e in mine if e["eventType"] == "COMPLETE")
     assert [o["name"] for o in complete["outputs"]] == [str(cli.cwd / "out.txt")]
+    # The version is the bytes cp left, whoever recorded it.
+    truth = blake3.blake3((cli.cwd / "out.txt").read_bytes()).hexdigest()
+    assert complete["outputs"][0]["facets"]["version"]["datasetVersion"] == f"blake3:{truth}"

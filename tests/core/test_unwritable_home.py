@@ -14,6 +14,7 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
+import blake3
 import pytest
 
 from tests.core.test_cli import ROAR, make_cli
@@ -107,6 +108,9 @@ def test_full_and_read_only_home(tmp_path: Path) -> None:
         complete = next(e for e in events if e["job"]["name"] == job
                         and e["eventType"] == "COMPLETE")
         assert [o["name"] for o in complete["outputs"]] == [str(cli.cwd / f"{job}.txt")]
+        truth = blake3.blake3(f"{job}\n".encode()).hexdigest()  # what its echo wrote
+        assert complete["outputs"][0]["facets"]["version"]["datasetVersion"] == \
+            f"blake3:{truth}"
 
 
 def test_a_damaged_store_keeps_the_runs_and_flush_sends_what_was_spooled(
