@@ -112,11 +112,12 @@ class Roar:
 
     def start_workflow(self, job_name: str, engine: str, run_id: str | None = None,
                        facets: dict | None = None,
-                       engine_version: emission.Engine | None = None) -> emission.RunRef:
+                       engine_version: emission.Engine | None = None,
+                       started_at: datetime | None = None) -> emission.RunRef:
         """`engine_version`: the engine that runs the workflow, its `processing_engine`
         facet on the workflow run's events."""
         ref = emission.RunRef(self.config.namespace, job_name, run_id or emission.new_run_id())
-        started = now()
+        started = started_at or now()
         self.store.start_workflow_run(WorkflowRun(ref.run_id, engine, ref.namespace, job_name,
                                                   started, facets or {}))
         if engine_version is not None:
@@ -127,13 +128,16 @@ class Roar:
         return ref
 
     def finish_workflow(self, ref: emission.RunRef, status: str = "COMPLETE",
-                        error: str | None = None) -> None:
+                        error: str | None = None,
+                        engine_version: emission.Engine | None = None,
+                        ended_at: datetime | None = None) -> None:
         self.finalize()  # tasks first: their COMPLETE events precede the workflow's
-        ended = now()
+        ended = ended_at or now()
         self.store.finish_workflow_run(ref.run_id, status, ended)
+        engine = self._engines.pop(ref.run_id, None) or engine_version
         w = emission.WorkflowLineage(namespace=ref.namespace, job_name=ref.job_name,
                                      run_id=ref.run_id, event_time=ended, error_message=error,
-                                     engine=self._engines.pop(ref.run_id, None))
+                                     engine=engine)
         make = {"COMPLETE": emission.workflow_complete, "FAIL": emission.workflow_fail,
                 "ABORT": emission.workflow_abort}[status]
         self.recorder.emit(make(w))

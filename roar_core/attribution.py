@@ -14,9 +14,10 @@ incremental reads (a worker's live log, a child's log read later) are attributed
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from roar_core.tracelog import RF_UNTRACEABLE, Record, TraceLog
 
@@ -119,3 +120,37 @@ def attribute(logs: list[TraceLog], only: set[str] | None = None,
     for t in tasks.values():
         t.sort()
     return dict(tasks)
+
+
+def unshadow(records: list[Record], shadow_root: str, workdir: str) -> list[Record]:
+    """Name files by where Snakemake puts them, not by the job's shadow directory.
+
+    A shadow job runs in `<shadow_root>/<tmpdir>/`, over symlinks (or copies) of its inputs,
+    and Snakemake moves its outputs to the working directory afterwards.  The path inside the
+    shadow directory is rewritten to the workdir path; Snakemake's own shadow bookkeeping
+    (moving outputs out, deleting the shadow tree) is dropped, so it neither hides outputs
+    nor reads as deletions.
+    """
+    root = os.fsencode(shadow_root).rstrip(b"/") + b"/"
+    workdir_b = os.fsencode(workdir)
+
+    def strip(path: bytes) -> tuple[bytes, bool]:
+        if not path.startswith(root):
+            return path, False
+        _tmp, sep, rest = path[len(root):].partition(b"/")
+        return (os.path.join(workdir_b, rest) if sep else path), bool(sep)
+
+    out = []
+    for r in records:
+        path, inside = strip(r.path) if r.path else (r.path, False)
+        two = r.op_name in ("rename", "link", "symlink")  # path2 is a path (else argv)
+        path2, inside2 = strip(r.path2) if two and r.path2 else (r.path2, False)
+        if not (inside or inside2):
+            out.append(r)
+            continue
+        if r.op_name in ("unlink", "rmdir", "symlink", "mkdir"):
+            continue  # building or clearing the shadow tree
+        if r.op_name in ("rename", "link") and path == path2:
+            continue  # unshadowing an output: already named by its final path
+        out.append(replace(r, path=path, path2=path2))
+    return out

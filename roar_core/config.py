@@ -181,3 +181,15 @@ def load(
     if not cfg.namespace:
         raise ConfigError("namespace: must not be empty (Marquez breaks on empty names)")
     return replace(cfg, home=home)
+
+
+def values(cfg: Config) -> dict[str, Any]:
+    """A resolved configuration as JSON-ready keys: `load(cwd=cfg.project_root, env={},
+    **values(cfg))` gives it back (another process recording for this one)."""
+    out = {}
+    for key in _KEYS:
+        v = getattr(cfg, key)
+        if v is None:
+            continue
+        out[key] = str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v
+    return out

@@ -62,13 +62,7 @@ def load_config(settings: dict[str, Any], job: dict[str, Any] | None) -> config.
 
 def config_values(cfg: config.Config) -> dict[str, Any]:
     """A resolved configuration as JSON-ready keys (for the job context)."""
-    out = {}
-    for key in CONFIG_KEYS:
-        v = getattr(cfg, key)
-        if v is None:
-            continue
-        out[key] = str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v
-    return out
+    return config.values(cfg)
 
 
 def job_context(env: dict[str, str] | os._Environ) -> dict[str, Any] | None:

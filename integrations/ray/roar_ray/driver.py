@@ -27,10 +27,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from roar_core import config, journal
+from roar_core import config
 from roar_core.api import Roar
 from roar_core.emission import Engine, RunRef
-from roar_ray import _env, recorder
+from roar_core.recording import follower, recorder, tasklog
+from roar_ray import _env
 
 log = logging.getLogger("roar.ray")
 
@@ -149,14 +150,14 @@ class DriverJob:
             if not recorder.running(node_dir):
                 # No recorder there (it failed, or this host's node is gone): do its part.
                 try:
-                    journal.recover(self.roar, node_dir, lifetime_status=lifetime)
+                    follower.recover(self.roar, node_dir, lifetime_status=lifetime)
                 except Exception as e:
                     log.warning("roar: could not recover dead workers' tasks in %s: %s",
                                 node_dir, e)
         self._warn_untraced()
         self.roar.finish_workflow(self.run, status)
         self.roar.close()
-        if shutdown and not any(journal.journal_paths(d) or recorder.running(d)
+        if shutdown and not any(tasklog.log_paths(d) or recorder.running(d)
                                 for d in self._node_dirs()):
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -174,7 +175,7 @@ class DriverJob:
 
         if not ray.is_initialized():
             return
-        drain = ray.remote(num_cpus=0, max_retries=0)(recorder.drain_node)
+        drain = ray.remote(num_cpus=0, max_retries=0)(drain_node)
         refs = [drain.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
                     n["NodeID"], soft=False)).remote(str(self.root), timeout, ending)
                 for n in ray.nodes() if n.get("Alive")]
@@ -250,3 +251,19 @@ def _watch_failures() -> None:
         previous(kind, value, tb)
 
     sys.excepthook = hook
+
+
+def drain_node(session_root: str, timeout: float, ending: bool = False) -> dict[str, Any]:
+    """On one node: wait until its recorder has recorded what the job's workers there ran
+    and what dead ones left.  Runs as a task of the job, not itself traced (worker.py)."""
+    import ray
+
+    node = ray.get_runtime_context().get_node_id()
+    node_dir = Path(session_root) / node
+    done = True
+    if tasklog.log_paths(node_dir):
+        recorder.ensure(node_dir)
+        done = recorder.wait_recorded(node_dir, time.monotonic() + timeout)
+    if ending:
+        (node_dir / recorder.ENDING).touch()
+    return {"node": node, "done": done}

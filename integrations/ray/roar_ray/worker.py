@@ -46,8 +46,9 @@ import ray
 from roar_core import tracer
 from roar_core.capture import WorkerCapture
 from roar_core.ids import new_run_id
-from roar_core.journal import Journal
-from roar_ray import _env, _steps, recorder
+from roar_core.recording import recorder
+from roar_core.recording.tasklog import TaskLog
+from roar_ray import _env, _steps
 
 log = logging.getLogger("roar.ray")
 
@@ -109,9 +110,9 @@ class _Worker:
         self.core_worker = ray._private.worker.global_worker.core_worker
         self.actor: str | None = None  # run id of this worker's actor, if it hosts one
         self.capture: WorkerCapture | None = None  # takes each task's versions at its end
-        # The journal form of roar_core.recorder.TaskMeta (the worker imports nothing of
+        # The log form of roar_core.recorder.TaskMeta (the worker imports nothing of
         # the recording side): what every task of this worker shares, written once.
-        self.journal = Journal(session, common={
+        self.tasks = TaskLog(session, common={
             "engine": ENGINE, "namespace": namespace, "command": None,
             "host": socket.gethostname(), "pid": os.getpid(), "node_id": node_id,
             "traced": self.traced, "untraced_reason": reason,
@@ -146,7 +147,8 @@ class _Worker:
         if w.job_run:
             w._install_links()
         atexit.register(w.close)
-        recorder.ensure(session, internal)
+        recorder.write_settings(session, cfg, internal, order=w.job_run)
+        recorder.ensure(session)
         return w
 
     def _install(self, manager) -> None:
@@ -233,12 +235,12 @@ class _Worker:
     # ---- task boundaries -----------------------------------------------------------
 
     def begin(self, name: str, *, lifetime: bool = False) -> str:
-        """Journal a task's start; returns its run id (also its tracer tag)."""
+        """Log a task's start; returns its run id (also its tracer tag)."""
         cw = self.core_worker
         run_id = new_run_id()
         task_id = cw.get_current_task_id().hex()
         parent = self.actor if self.actor is not None else self._parent(task_id)
-        self.journal.begun({
+        self.tasks.begun({
             "run_id": run_id, "job_name": self.prefix + name,
             "started_at": datetime.now(timezone.utc).isoformat(), "engine_task_id": task_id,
             "attempt": cw.get_current_task_attempt_number(), "parent_run_id": parent,
@@ -256,9 +258,9 @@ class _Worker:
                 log.warning("roar: versions of task %s not taken at its end: %s: %s",
                             run_id, type(e).__name__, e)
         if error is None:
-            self.journal.ended(run_id, "COMPLETE", captured=captured)
+            self.tasks.ended(run_id, "COMPLETE", captured=captured)
         else:
-            self.journal.ended(run_id, "FAIL" if isinstance(error, Exception) else "ABORT",
+            self.tasks.ended(run_id, "FAIL" if isinstance(error, Exception) else "ABORT",
                                error=f"{type(error).__name__}: {error}", captured=captured)
 
     def _finisher(self, run_id: str, untag: bool):

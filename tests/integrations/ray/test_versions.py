@@ -111,7 +111,8 @@ def _recorder_of(node_id: str) -> int:
                 argv = f.read().split(b"\0")
         except OSError:
             continue
-        if b"roar_ray.recorder" in argv and any(a.endswith(node_id.encode()) for a in argv):
+        if b"roar_core.recording.recorder" in argv and any(
+                a.endswith(node_id.encode()) for a in argv):
             return int(pid)
     raise AssertionError(f"no recorder for node {node_id}")
 

@@ -1,31 +1,10 @@
-"""Task journals: long-lived workers say which tasks they began and ended; another process
-records them.
-
-A worker that runs thousands of short tasks can afford neither a store round trip when a
-task begins (the START row and its fsynced event cost ~1 ms) nor a recorder thread beside
-its tasks (in CPython the two take turns on the GIL: measured, a task's thread then waits
-milliseconds each time it comes back from I/O).  So such a worker only appends a line to
-its journal when a task begins and when it ends -- one write(2) into the page cache, which
-outlives a SIGKILL like the tracer's own log -- and a `Follower` in a separate process
-(one per directory, e.g. per node) reads the journals and the tracer logs next to them
-and records each task: START when it begins, the lineage when it ends.  When a worker
-dies, the follower records what it left: ended tasks as they ended, the others as ABORT
-(or, for a `lifetime` task such as an actor, with the caller's `lifetime_status`), each
-with the lineage its tracer logs hold.  `recover` does the dead-process part alone, for a
-process that finds no follower running.
-
-One file per worker process, `tasks-<pid>-<starttime>.jsonl` next to its tracer logs (the
-start time, from /proc, tells a dead process from a later one that got the same pid):
-
-    {"v": 1, "pid": 123, "start": 456, "host": "node-1",         first line, by the worker
-     "common": {...}}                                            (fields all its tasks share)
-    {"b": {...TaskMeta...}, "lifetime": false}                  a task began   (worker)
-    {"e": "<run id>", "s": "COMPLETE", "t": "<iso>", ...}        it ended       (worker)
-    {"started": "<run id>"}                                      START recorded (follower)
-    {"r": "<run id>"}                                            recorded       (follower)
-
-Every line is one O_APPEND write, so the two writers never interleave.  Custom run facets
-and declared files are not journaled: a journaled task has neither.
+"""The recorder's reading side: follows the task logs of one directory and records each
+task exactly once -- START when it begins, its lineage when it ends, and what a dead or
+closed producer left open as ABORT (or, for a `lifetime` task such as an actor, with the
+caller's `lifetime_status`), each with the lineage the tracer logs hold.  A task is marked
+recorded in its log only once its events are durable in the spool, so a recorder that dies
+mid-pass is resumed by the next one from those marks: a task it had stored already is
+spooled from the store's record of it, never stored twice.
 """
 
 from __future__ import annotations
@@ -33,240 +12,61 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import socket
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from roar_core.attribution import UNATTRIBUTED
+from roar_core.recording.tasklog import (
+    WAIT_PREFIX,
+    Entry,
+    TaskLogFile,
+    log_paths,
+    poke,
+    process_alive,
+)
 from roar_core.store_records import StoreError
 
-if TYPE_CHECKING:  # the writing side stays light: workers import only this module
+if TYPE_CHECKING:
     from roar_core.api import Roar
     from roar_core.capture import Capture
-    from roar_core.recorder import EndedTask, RecordedTask, TaskMeta, TaskOutcome
+    from roar_core.recorder import EndedTask, RecordedTask, TaskOutcome
 
 log = logging.getLogger(__name__)
-
-VERSION = 1
-PREFIX = "tasks-"
-SUFFIX = ".jsonl"
-_META_FIELDS = ("run_id", "engine", "namespace", "job_name", "engine_task_id", "attempt",
-                "parent_run_id", "command", "host", "pid", "node_id", "traced",
-                "untraced_reason")
 _OPEN_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
 
 
-def process_start(pid: int) -> int:
-    """The process's start time in clock ticks since boot (0 where /proc cannot say)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-        # The command name (field 2) may hold spaces and parentheses: split after it.
-        return int(stat[stat.rindex(b")") + 2:].split()[19])
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def process_alive(pid: int, start: int) -> bool:
-    """Is the process that wrote a journal still running (on this host)?"""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return not start or process_start(pid) in (0, start)
-
-
-def _meta_to_json(meta: TaskMeta) -> dict:
-    d = {f: getattr(meta, f) for f in _META_FIELDS}
-    d["started_at"] = meta.started_at.isoformat()
-    d["workflow"] = asdict(meta.workflow) if meta.workflow else None
-    d["engine_version"] = asdict(meta.engine_version) if meta.engine_version else None
-    return d
-
-
-def _meta_from_json(d: dict) -> TaskMeta:
-    from roar_core import emission
-    from roar_core.recorder import TaskMeta
-
-    wf, eng = d.get("workflow"), d.get("engine_version")
-    return TaskMeta(
-        **{f: d.get(f) for f in _META_FIELDS},
-        started_at=datetime.fromisoformat(d["started_at"]),
-        workflow=emission.RunRef(**wf) if wf else None,
-        engine_version=emission.Engine(**eng) if eng else None,
-    )
-
-
-def _append(fd: int, entry: dict) -> None:
-    line = json.dumps(entry, separators=(",", ":"), default=str) + "\n"
-    os.write(fd, line.encode("utf-8", "surrogateescape"))
-
-
-class Journal:
-    """This process's journal (thread-safe: every line is a single O_APPEND write)."""
-
-    def __init__(self, directory: str | os.PathLike, common: dict[str, Any] | None = None):
-        """`common`: journal-form TaskMeta fields shared by every task of this process,
-        written once (a task's own fields win)."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        self.pid = os.getpid()
-        self.start = process_start(self.pid)
-        self.path = directory / f"{PREFIX}{self.pid}-{self.start}{SUFFIX}"
-        self._fd = os.open(self.path, _OPEN_APPEND | os.O_CREAT, 0o644)
-        self._failed = False
-        self._write({"v": VERSION, "pid": self.pid, "start": self.start,
-                     "host": socket.gethostname(), "common": common or {}})
-
-    def _write(self, entry: dict) -> None:
-        try:
-            _append(self._fd, entry)
-        except OSError as e:  # lineage must never fail the task; say it once
-            if not self._failed:
-                self._failed = True
-                log.warning("roar: cannot write the task journal %s: %s (tasks are not "
-                            "recorded)", self.path, e)
-
-    def begun(self, meta: TaskMeta | dict[str, Any], lifetime: bool = False) -> None:
-        """`meta`: a TaskMeta, or its journal form (a dict of TaskMeta's journaled fields,
-        `started_at` as ISO-8601, `workflow` and `engine_version` as dicts) for writers
-        that do not want to import the recording side."""
-        fields = meta if isinstance(meta, dict) else _meta_to_json(meta)
-        self._write({"b": fields, "lifetime": lifetime})
-
-    def ended(self, run_id: str, status: str, *, error: str | None = None,
-              exit_code: int | None = None, ended_at: datetime | None = None,
-              captured: dict[str, Any] | None = None) -> None:
-        """`captured`: the task's versions as it ended (`capture.to_dict`), taken by the
-        writer; without them the recorder takes them when it records the task."""
-        ended_at = ended_at or datetime.now(timezone.utc)
-        entry = {"e": run_id, "s": status, "t": ended_at.isoformat(), "x": exit_code,
-                 "m": error}
-        if captured is not None:
-            entry["c"] = captured
-        self._write(entry)
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-
-@dataclass
-class Entry:
-    """One task as a journal tells it."""
-
-    meta: TaskMeta
-    lifetime: bool = False
-    outcome: TaskOutcome | None = None  # None: not ended (yet)
-    started: bool = False  # START recorded
-    recorded: bool = False
-    captured: dict[str, Any] | None = None  # its versions, taken as it ended
-
-
-@dataclass
-class JournalFile:
-    """A journal as read so far (`read_more` picks up what was appended since)."""
-
-    path: Path
-    pid: int
-    start: int
-    host: str
-    entries: dict[str, Entry] = field(default_factory=dict)  # by run id, in begin order
-    common: dict[str, Any] = field(default_factory=dict)
-    _offset: int = 0
-
-    @classmethod
-    def open(cls, path: str | os.PathLike) -> JournalFile | None:
-        """None while the header line is not complete (or not a journal)."""
-        path = Path(path)
-        try:
-            with open(path, "rb") as f:
-                first = f.readline()
-        except OSError:
-            return None
-        if not first.endswith(b"\n"):
-            return None
-        try:
-            head = json.loads(first)
-            j = cls(path, int(head["pid"]), int(head["start"]), str(head["host"]),
-                    common=dict(head.get("common") or {}))
-        except (ValueError, KeyError, TypeError):
-            log.warning("roar: %s is not a task journal", path)
-            return None
-        j._offset = len(first)
-        j.read_more()
-        return j
-
-    def read_more(self) -> list[Entry]:
-        """Apply the complete lines appended since the last read; returns tasks begun."""
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self._offset)
-                data = f.read()
-        except OSError:
-            return []
-        end = data.rfind(b"\n") + 1  # a line not complete yet waits for the next read
-        self._offset += end
-        begun = []
-        for raw in data[:end].splitlines():
-            try:
-                d = json.loads(raw)
-                if "b" in d:
-                    meta = _meta_from_json({**self.common, **d["b"]})
-                    entry = self.entries[meta.run_id] = Entry(meta, bool(d.get("lifetime")))
-                    begun.append(entry)
-                elif "e" in d and d["e"] in self.entries:
-                    from roar_core.recorder import TaskOutcome
-
-                    entry = self.entries[d["e"]]
-                    entry.outcome = TaskOutcome(
-                        d["s"], datetime.fromisoformat(d["t"]), d.get("x"), d.get("m"))
-                    entry.captured = d.get("c")
-                elif "started" in d and d["started"] in self.entries:
-                    self.entries[d["started"]].started = True
-                elif "r" in d and d["r"] in self.entries:
-                    self.entries[d["r"]].recorded = True
-            except (ValueError, KeyError, TypeError) as e:
-                log.warning("roar: skipping a bad line of %s: %s", self.path, e)
-        return begun
-
-    def unrecorded(self) -> list[Entry]:
-        return [e for e in self.entries.values() if not e.recorded]
-
-    def ended_unrecorded(self) -> int:
-        """Tasks that ended and wait for the recorder (what a drain waits for)."""
-        return sum(1 for e in self.entries.values() if e.outcome and not e.recorded)
-
-    def alive(self) -> bool:
-        return process_alive(self.pid, self.start)
-
-
-def journal_paths(directory: str | os.PathLike) -> list[Path]:
-    return sorted(Path(directory).glob(f"{PREFIX}*{SUFFIX}"))
-
-
-def journals(directory: str | os.PathLike) -> list[JournalFile]:
-    """Every readable journal in a directory."""
-    return [j for p in journal_paths(directory) if (j := JournalFile.open(p)) is not None]
-
-
-def _died(j: JournalFile, entry: Entry, lifetime_status: str) -> TaskOutcome:
+def _died(j: TaskLogFile, entry: Entry, lifetime_status: str) -> TaskOutcome:
     from roar_core.recorder import TaskOutcome, now
 
     status = lifetime_status if entry.lifetime else "ABORT"
     outcome = TaskOutcome(status, now())
     if status != "COMPLETE":
-        outcome.error = (f"its process ({j.host} pid {j.pid}) died while it ran; "
-                         "lineage up to then")
+        outcome.error = ("never ended: its producer closed its log (the engine went away)"
+                         if j.closed else f"its process ({j.host} pid {j.pid}) died while "
+                         "it ran; lineage up to then")
     return outcome
+
+
+def result_of(recorded: RecordedTask | None, error: str | None = None) -> dict:
+    """What a waiting producer is told of a recorded task (tasklog.Result reads it)."""
+    from dataclasses import asdict
+
+    from roar_core.recorder import lineage_of
+
+    if recorded is None:
+        return {"ok": False, "status": "ABORT", "error": error or "not recorded"}
+    r = recorded
+    lineage = lineage_of(r.meta, r.outcome, r.inputs, r.outputs)
+    return {"ok": True, "status": r.outcome.status, "error": None,
+            "inputs": [asdict(d) for d in r.inputs], "outputs": [asdict(d) for d in r.outputs],
+            "task": asdict(lineage.task) if lineage.task else None,
+            "io": asdict(lineage.io) if lineage.io else None}
 
 
 class CausalOrder:
@@ -346,6 +146,7 @@ class Follower:
         self._window: ExitStack | None = None
         self._window_since = 0.0
         self._unsynced: dict[Path, _Followed] = {}
+        self._urgent = False  # a producer waits for a task of this window
 
     def poll(self) -> int:
         """One pass; returns how many tasks it recorded (lineage, not STARTs).  Everything
@@ -362,8 +163,9 @@ class Follower:
             done = self._pass(followed)
         finally:
             for f in followed:
-                self._unsynced[f.journal.path] = f
-            if not done or time.monotonic() - self._window_since >= self.sync_every:
+                self._unsynced[f.tasklog.path] = f
+            if (not done or self._urgent
+                    or time.monotonic() - self._window_since >= self.sync_every):
                 self.sync()
         return done
 
@@ -373,20 +175,21 @@ class Follower:
         if window is not None:
             window.close()
         unsynced, self._unsynced = list(self._unsynced.values()), {}
+        self._urgent = False
         for f in unsynced:
             f.flush_marks()
         for f in unsynced:
-            if f.done and self._files.get(f.journal.path) is f:
+            if f.done and self._files.get(f.tasklog.path) is f:
                 self._forget(f)
 
     def _pass(self, followed: list[_Followed]) -> int:
         ready: list[tuple[_Followed, Entry, TaskOutcome]] = []
-        for path in journal_paths(self.directory):
+        for path in log_paths(self.directory):
             if path in self._foreign:
                 continue
             f = self._files.get(path)
             if f is None:
-                j = JournalFile.open(path)
+                j = TaskLogFile.open(path)
                 if j is None:
                     continue
                 if j.host != self._host:
@@ -404,8 +207,11 @@ class Follower:
         # all ended tasks of the node in the order they ended, so no COMPLETE is spooled
         # before its inputs' producers'.
         for f in followed:
-            ready += self._ready(f, f.journal.read_more())
-        return self._record_in_order(ready)
+            ready += self._ready(f, f.tasklog.read_more())
+        done = self._record_in_order(ready)
+        for f in followed:
+            self._workflows(f, starting=False)
+        return done
 
     def _record_in_order(self, ready: list[tuple[_Followed, Entry, TaskOutcome]]) -> int:
         from roar_core.recorder import EndedTask
@@ -416,9 +222,9 @@ class Follower:
             ordered = self._hold(ordered)
         tasks = []
         for f, entry, outcome in ordered:
-            t = f.collector.take(entry.meta.run_id)
-            outcome.dropped += t.dropped
-            tasks.append((f, entry, EndedTask(entry.meta, outcome, t.records,
+            records, dropped = f.events(entry)
+            outcome.dropped += dropped
+            tasks.append((f, entry, EndedTask(entry.meta, outcome, records,
                                               start=not entry.started)))
         if len(tasks) > 1:  # one commit for all
             try:
@@ -429,8 +235,8 @@ class Follower:
                 log.info("roar: %d tasks not recorded at once (%s); one by one",
                          len(tasks), e)
             else:
-                for f, entry, _ in tasks:
-                    self._recorded(f, entry)
+                for (f, entry, _), r in zip(tasks, recorded, strict=True):
+                    self._recorded(f, entry, r)
                 return len(recorded)
         return sum(self._record(f, entry, task) is not None for f, entry, task in tasks)
 
@@ -475,9 +281,11 @@ class Follower:
         return len(self._files)
 
     def _advance(self, f: _Followed, begun: list[Entry]) -> None:
-        j = f.journal
-        f.dead = not self._alive(j.pid, j.start)  # before reading: no line can come later
+        j = f.tasklog
+        dead = not self._alive(j.pid, j.start)  # before reading: no line can come later
         begun += j.read_more()
+        f.dead = dead or j.closed
+        self._workflows(f, starting=True)
         for entry in begun:
             if not entry.started and entry.outcome is None:
                 self._start(f, entry)
@@ -486,7 +294,7 @@ class Follower:
             tuple[_Followed, Entry, TaskOutcome]]:
         """The tasks of `f` to record now, with their outcomes; STARTs of `begun` that
         have not ended first (an ended task's START goes in with its end: one commit)."""
-        j = f.journal
+        j = f.tasklog
         for entry in begun:
             if not entry.started and entry.outcome is None:
                 self._start(f, entry)
@@ -495,13 +303,55 @@ class Follower:
         if ready:
             f.collector.collect()
             f.collector.take(UNATTRIBUTED)  # I/O outside any task: never lineage
-        f.done = f.dead  # all it left is recorded once this pass ends: the journal can go
+        f.done = f.dead  # all it left is recorded once this pass ends: the log can go
         return [(f, e, e.outcome or _died(j, e, self.lifetime_status())) for e in ready]
+
+    def _workflows(self, f: _Followed, starting: bool) -> None:
+        """Workflow runs the log began (`starting`: their starts, before their tasks'),
+        or ended (after all their tasks the log holds: their events come last); a dead
+        producer's open ones end ABORT."""
+        from roar_core import emission
+
+        for run_id, w in list(f.tasklog.workflows.items()):
+            if w.done:
+                continue
+            run = w.run
+            engine = emission.Engine(**run["engine_version"]) if run.get(
+                "engine_version") else None
+            if starting:
+                if not w.started:
+                    try:
+                        self.roar.start_workflow(
+                            run["job_name"], run["engine"], run_id=run_id,
+                            facets=run.get("facets"), engine_version=engine,
+                            started_at=datetime.fromisoformat(run["started_at"]))
+                    except Exception as e:  # a recorder that died had stored it
+                        if self.roar.store.workflow_run(run_id) is None:
+                            log.error("roar: workflow run %s (%s) not started: %s",
+                                      run["job_name"], run_id, e)
+                    w.started = True
+                    f.mark({"ws": run_id})
+                continue
+            if w.ended is None and not f.dead:
+                continue
+            if any(not e.recorded for e in f.tasklog.entries.values()
+                   if e.meta.workflow and e.meta.workflow.run_id == run_id):
+                continue
+            status, error, when = w.ended or ("ABORT", "the engine went away", None)
+            try:
+                self.roar.finish_workflow(
+                    emission.RunRef(run["namespace"], run["job_name"], run_id), status,
+                    error=error, engine_version=engine, ended_at=when)
+            except Exception as e:
+                log.error("roar: end of workflow run %s (%s) lost: %s", run["job_name"],
+                          run_id, e)
+            w.done = True
+            f.mark({"r": run_id})
 
     def _forget(self, f: _Followed) -> None:
         f.close()
-        del self._files[f.journal.path]
-        for path in [f.journal.path, *f.collector.owned()]:
+        del self._files[f.tasklog.path]
+        for path in [f.tasklog.path, *f.collector.owned()]:
             try:
                 path.unlink()
             except OSError:
@@ -534,50 +384,100 @@ class Follower:
         except Exception as e:  # lineage of one task lost, never the follower
             if not entry.started:
                 self._start(f, entry)  # its START at least, as a task that began
+            error = f"{type(e).__name__}: {e}"
             log.error("roar: lineage of task %s (%s) lost: %s", entry.meta.job_name,
-                      entry.meta.run_id, e)
-        self._recorded(f, entry)
+                      entry.meta.run_id, error)
+            self._recorded(f, entry, None, error)
+            return None
+        self._recorded(f, entry, result)
         return result
 
     def _captured(self, entry: Entry, task: EndedTask) -> Capture:
-        """Taken by the worker as the task ended; else (it died first) taken now."""
+        """Taken by the producer as the task ended; else taken now: as of its end when
+        its producer died first (an output changed since is unknown), as they are when
+        the producer said it ended and left them to us (Snakemake, which reports a job
+        once it has made its touch() outputs)."""
         if entry.captured is None:
-            return self.roar.recorder.capture_late(task.meta, task.outcome, task.records)
+            if entry.outcome is None:
+                return self.roar.recorder.capture_late(task.meta, task.outcome,
+                                                       task.records)
+            return self.roar.recorder.capture(task.meta, task.records)
         from roar_core.capture import from_dict
 
         return from_dict(entry.captured)
 
-    def _recorded(self, f: _Followed, entry: Entry) -> None:
+    def _recorded(self, f: _Followed, entry: Entry, result: RecordedTask | None,
+                  error: str | None = None) -> None:
         entry.started = entry.recorded = True
-        f.mark({"r": entry.meta.run_id})
-        del f.journal.entries[entry.meta.run_id]  # a long-lived worker runs many tasks
+        mark: dict = {"r": entry.meta.run_id}
+        if f.tasklog.results or entry.waited:
+            mark["res"] = result_of(result, error)
+        f.mark(mark)
+        if entry.waited:
+            f.waiters.append(entry.meta.run_id)
+            self._urgent = True
+        if entry.own_dir:
+            f.own_dirs.append(entry.own_dir)
+        del f.tasklog.entries[entry.meta.run_id]  # a long-lived worker runs many tasks
 
 
 class _Followed:
-    def __init__(self, journal: JournalFile, directory: Path):
+    def __init__(self, tasklog: TaskLogFile, directory: Path):
         from roar_core.session import SessionCollector
 
-        self.journal = journal
-        self.collector = SessionCollector(directory, root_pid=journal.pid)
-        self.dead = False  # its process had exited when this pass began reading it
+        self.tasklog = tasklog
+        self.collector = SessionCollector(directory, root_pid=tasklog.pid)
+        self.dead = False  # its process had exited (or closed its log) when this pass began
         self.done = False
         self._marks: list[dict] = []
         self._fd = -1
+        self.waiters: list[str] = []  # run ids recorded for a waiting producer
+        self.own_dirs: list[str] = []  # tasks' own tracer sessions, recorded
+
+    def events(self, entry: Entry) -> tuple[list, int]:
+        """The task's tracer records (and how many were lost): from its own session
+        when it has one (read whole: its processes are done), else by its tag."""
+        if entry.own_dir:
+            from roar_core.session import SessionCollector
+
+            own = SessionCollector(self.collector.directory / entry.own_dir)
+            own.collect(settle=True)
+            t = own.take(entry.meta.run_id)
+            own.close()
+        else:
+            t = self.collector.take(entry.meta.run_id)
+        records = t.records
+        if entry.shadow is not None:
+            from roar_core.attribution import unshadow
+
+            records = unshadow(records, *entry.shadow)
+        return records, t.dropped
 
     def mark(self, entry: dict) -> None:
         self._marks.append(entry)
 
     def flush_marks(self) -> None:
         marks, self._marks = self._marks, []
-        if not marks or self.done:
-            return
-        try:
-            if self._fd < 0:
-                self._fd = os.open(self.journal.path, _OPEN_APPEND)
-            lines = "".join(json.dumps(m, separators=(",", ":")) + "\n" for m in marks)
-            os.write(self._fd, lines.encode())  # one O_APPEND write: never interleaved
-        except OSError:
-            pass  # the journal is gone: nothing left to mark
+        if marks and not (self.done and not self.tasklog.closed):
+            # (A dead producer's log is removed once done: no one reads its marks.  A closed
+            # one's producer may be waiting to read them.)
+            try:
+                if self._fd < 0:
+                    self._fd = os.open(self.tasklog.path, _OPEN_APPEND)
+                lines = "".join(json.dumps(m, separators=(",", ":"), default=str) + "\n"
+                                for m in marks)
+                os.write(self._fd, lines.encode())  # one O_APPEND write: never interleaved
+            except OSError:
+                pass  # the log is gone: nothing left to mark
+        directory = self.collector.directory
+        waiters, self.waiters = self.waiters, []
+        for run_id in waiters:
+            poke(directory / f"{WAIT_PREFIX}{run_id}")
+        if self.done and self.tasklog.close_waited:
+            poke(directory / f"{WAIT_PREFIX}{self.tasklog.name}")
+        own, self.own_dirs = self.own_dirs, []
+        for d in own:
+            shutil.rmtree(directory / d, ignore_errors=True)
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -592,12 +492,14 @@ def recover(roar: Roar, directory: str | os.PathLike, *,
     of live processes and of other hosts are left alone."""
     follower = Follower(roar, directory, lifetime_status=lambda: lifetime_status)
     done = 0
-    for path in journal_paths(directory):
-        j = JournalFile.open(path)
+    for path in log_paths(directory):
+        j = TaskLogFile.open(path)
         if j is None or j.host != follower._host or j.alive():
             continue
         f = follower._files[path] = _Followed(j, follower.directory)
         follower._advance(f, [e for e in j.entries.values() if not e.started])
         done += follower._record_in_order(follower._ready(f, []))
+        follower._workflows(f, starting=False)
+        f.flush_marks()
         follower._forget(f)
     return done

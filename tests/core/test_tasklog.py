@@ -12,8 +12,10 @@ from pathlib import Path
 import blake3
 import pytest
 
-from roar_core import config, journal, tracer
+from roar_core import config, tracer
 from roar_core.api import Roar
+from roar_core.recording import follower as following
+from roar_core.recording import tasklog
 from roar_core.session import SessionCollector
 
 pytestmark = pytest.mark.skipif(not tracer.status().usable, reason=tracer.status().reason)
@@ -23,9 +25,9 @@ WORKER = textwrap.dedent('''
     import os, sys, subprocess
     from datetime import datetime, timezone
     from roar_core import tracer
-    from roar_core.journal import Journal
+    from roar_core.recording.tasklog import TaskLog
     shim = tracer.loaded()
-    j = Journal(os.environ["ROAR_SESSION_DIR"])
+    j = TaskLog(os.environ["ROAR_SESSION_DIR"])
     print("ready", flush=True)
     for n, line in enumerate(sys.stdin):
         cmd, *args = line.split()
@@ -90,7 +92,7 @@ def test_follower_records_a_live_worker_and_what_a_killed_one_left(tmp_path, roa
     session.mkdir()
     src, a, b, part = (tmp_path / n for n in ("src", "a", "b", "part"))
     src.write_text("hello world\n")
-    follower = journal.Follower(roar, session)
+    follower = following.Follower(roar, session)
     w = _worker(session)
     try:
         assert _do(w, f"copy {src} {a}") == "done\n"
@@ -123,18 +125,18 @@ def test_recover_without_a_follower_and_lifetime_tasks(tmp_path, roar):
     src.write_text("data\n")
     w = _worker(session)
     _do(w, f"actor {src} {out}")  # begun, never ended: lasts as long as its process
-    assert journal.recover(roar, session) == 0  # alive: left alone
+    assert following.recover(roar, session) == 0  # alive: left alone
     w.kill()
     w.wait()
-    assert journal.recover(roar, session, lifetime_status="COMPLETE") == 1
+    assert following.recover(roar, session, lifetime_status="COMPLETE") == 1
     (run,) = roar.store.task_runs(None)
     assert run.status == "COMPLETE" and _io(roar, run.run_id)[1] == {str(out): _digest(out)}
-    assert journal.recover(roar, session) == 0
+    assert following.recover(roar, session) == 0
 
 
 def test_journal_lines_are_read_incrementally(tmp_path):
-    j = journal.Journal(tmp_path)
-    f = journal.JournalFile.open(j.path)
+    j = tasklog.TaskLog(tmp_path)
+    f = tasklog.TaskLogFile.open(j.path)
     assert f.pid == os.getpid() and f.entries == {}
     meta = {"run_id": "r1", "engine": "e", "namespace": "n", "job_name": "j",
             "started_at": "2026-01-01T00:00:00+00:00", "workflow": {
@@ -188,15 +190,15 @@ def test_tasks_of_a_node_are_recorded_in_the_order_they_ended(roar, tmp_path):
                 "command": None, "host": socket.gethostname(), "pid": pid, "node_id": None,
                 "traced": True, "untraced_reason": None, "workflow": None,
                 "engine_version": None, "started_at": t0.isoformat()}
-        lines = [{"v": journal.VERSION, "pid": pid, "start": 1, "host": socket.gethostname(),
+        lines = [{"v": tasklog.VERSION, "pid": pid, "start": 1, "host": socket.gethostname(),
                   "common": {}},
                  {"b": meta, "lifetime": False},
                  {"e": run_id, "s": "COMPLETE", "t": ended.isoformat(), "x": None, "m": None}]
-        path = session / f"{journal.PREFIX}{pid}-1{journal.SUFFIX}"
+        path = session / f"{tasklog.PREFIX}{pid}-1{tasklog.SUFFIX}"
         path.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    assert [p.name for p in journal.journal_paths(session)][0].startswith(
-        f"{journal.PREFIX}100-")  # the consumer's journal is read first
-    follower = journal.Follower(roar, session, alive=lambda pid, start: True)
+    assert [p.name for p in tasklog.log_paths(session)][0].startswith(
+        f"{tasklog.PREFIX}100-")  # the consumer's journal is read first
+    follower = following.Follower(roar, session, alive=lambda pid, start: True)
     assert follower.poll() == 2
     roar.spool.flush(10)
     events = [json.loads(line) for line in
@@ -217,7 +219,7 @@ def test_an_ended_task_is_started_and_ended_once_even_after_a_follower_died(roar
     session.mkdir()
     t0 = datetime.now(timezone.utc)
     pid, host = 300, socket.gethostname()
-    lines: list[dict] = [{"v": journal.VERSION, "pid": pid, "start": 1, "host": host,
+    lines: list[dict] = [{"v": tasklog.VERSION, "pid": pid, "start": 1, "host": host,
                           "common": {}}]
     ids = []
     for n in range(2):
@@ -232,12 +234,12 @@ def test_an_ended_task_is_started_and_ended_once_even_after_a_follower_died(roar
                       "lifetime": False})
         lines.append({"e": run_id, "s": "COMPLETE",
                       "t": (t0 + timedelta(seconds=n + 1)).isoformat(), "x": None, "m": None})
-    path = session / f"{journal.PREFIX}{pid}-1{journal.SUFFIX}"
+    path = session / f"{tasklog.PREFIX}{pid}-1{tasklog.SUFFIX}"
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    earlier = journal.JournalFile.open(path)
+    earlier = tasklog.TaskLogFile.open(path)
     roar.recorder.started(earlier.entries[ids[0]].meta)  # then that follower died
 
-    follower = journal.Follower(roar, session, alive=lambda pid, start: True)
+    follower = following.Follower(roar, session, alive=lambda pid, start: True)
     assert follower.poll() == 2
     assert {r.run_id: r.status for r in roar.store.task_runs(None)} == {
         ids[0]: "COMPLETE", ids[1]: "COMPLETE"}

@@ -1,0 +1,239 @@
+"""The recorder: one process per session directory, following the producers' task logs
+(roar_core.recording.follower) and recording every task -- classification, hashing,
+store, spool -- off the producers.
+
+A producer that finds none running starts it (`ensure`); a lock in the directory keeps it
+to one, and the settings it records with are in the directory (`recorder.json`, written by
+the first producer), so any producer, or a later recorder, starts the same one.  It runs at
+the lowest CPU priority (the tasks come first), untraced, in a session of its own (nobody's
+child: an engine's clean-up of a dying worker's children leaves it alone), and exits once
+every producer of the directory is gone or closed and all they ran is recorded.  Killed,
+it is resumed by the next one from the marks in the task logs.
+
+    python -m roar_core.recording.recorder DIRECTORY
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from roar_core.recording import tasklog
+from roar_core.session import lock_held, yield_cpu
+
+LOCK = "recorder.lock"
+SETTINGS = "recorder.json"
+ENDING = "job-ending"  # written at the end of a job: `lifetime` tasks dying now simply ended
+LOG = "recorder.log"
+STATUS = "recorder.status"  # when the last pass that held nothing back began (time.time())
+SEND_S = 1.0  # at most this long sending events between two passes
+SEND_EVERY_S = 0.25  # while tasks keep ending: events sent in batches, each with fixed costs
+# While tasks keep ending, the spool is synced once a second, not once a pass: on a
+# journaling file system every fsync also writes out the files the tasks just wrote, and
+# the tasks wait on that (measured: Ray io10 on ext4 1.14 with a sync per pass, 1.08
+# without).  An OS crash may lose the last second of events; the task logs, in memory,
+# go with it anyway.  A task a producer waits for is synced at once.
+SYNC_S = 1.0
+PASS_S = 0.05
+IDLE_EXIT_S = 5.0  # with every task log done: how long to wait for a new producer first
+_SPAWN_LOCK = threading.Lock()
+
+
+def running(directory: Path) -> bool:
+    return lock_held(directory / LOCK)
+
+
+def write_settings(directory: Path, cfg, internal: list[str] | tuple[str, ...] = (),
+                   order: str | None = None) -> None:
+    """What the directory's recorder records with, unless a producer said it first: the
+    configuration, roar-internal directories (never lineage) and, for a workflow run
+    recorded on several nodes, its run id (`order`: keep the nodes' events causal)."""
+    from roar_core import config
+
+    path = directory / SETTINGS
+    if path.exists():
+        return
+    data = {"root": str(cfg.project_root), "config": config.values(cfg),
+            "internal": [os.fspath(p) for p in internal], "order": order}
+    tmp = directory / f".{SETTINGS}.{os.getpid()}.{threading.get_ident()}"
+    tmp.write_text(json.dumps(data))
+    try:
+        os.link(tmp, path)  # the first producer's settings win; never half-written
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink()
+
+
+def read_settings(directory: Path) -> dict[str, Any]:
+    return json.loads((directory / SETTINGS).read_text())
+
+
+def ensure(directory: Path) -> None:
+    """Start the directory's recorder unless one runs (a second one exits at once)."""
+    if running(directory):
+        return
+    with _SPAWN_LOCK:
+        # From a thread the tracer ignores: the shim then leaves the child's environment
+        # alone (no LD_PRELOAD put back), so the recorder is not traced.
+        t = threading.Thread(target=_spawn, args=(directory,), name="roar-spawn")
+        t.start()
+        t.join()
+
+
+def _spawn(directory: Path) -> None:
+    from roar_core import tracer
+
+    tracer.ignore_this_thread()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("LD_PRELOAD", tracer.ENV_SESSION, tracer.ENV_TAG)}
+    env[tracer.ENV_DISABLE] = "1"  # should the shim come back anyway, it records nothing
+    # Through a shell that backgrounds it and exits: the recorder is nobody's child then,
+    # in a session of its own.
+    script = '"$@" </dev/null >/dev/null 2>>"$0" &'
+    subprocess.run(["/bin/sh", "-c", script, str(directory / LOG), sys.executable, "-m",
+                    "roar_core.recording.recorder", str(directory)],
+                   env=env, stdin=subprocess.DEVNULL, start_new_session=True, check=False)
+
+
+def status_time(directory: Path) -> float:
+    """When the recorder's last pass that recorded all it found began (0: none yet)."""
+    try:
+        return float((directory / STATUS).read_text())
+    except (OSError, ValueError):
+        return 0.0
+
+
+def wait_recorded(directory: Path, deadline: float) -> bool:
+    """Wait until everything the producers there logged so far is recorded: a recorder
+    pass that began after now has completed (a pass records all it reads).  False at the
+    deadline."""
+    since = time.time()
+    tasklog.poke(directory / tasklog.WAKE)
+    while time.monotonic() < deadline:
+        if status_time(directory) > since or not tasklog.log_paths(directory):
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def wait_gone(directory: Path, deadline: float) -> bool:
+    """Wait until the recorder has recorded what the dead producers left and exited."""
+    tasklog.poke(directory / tasklog.WAKE)
+    while time.monotonic() < deadline:
+        if not running(directory) or not tasklog.log_paths(directory):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def open_roar(directory: Path, settings: dict[str, Any] | None = None, send: bool = False):
+    """The Roar a recorder of `directory` records with (also a producer's last resort)."""
+    from roar_core import config
+    from roar_core.api import Roar
+
+    settings = settings or read_settings(directory)
+    cfg = config.load(cwd=Path(settings["root"]), env={}, **settings["config"])
+    return Roar(cfg, internal=settings.get("internal") or (), send=send)
+
+
+def record_here(directory: Path, lifetime_status: str = "ABORT") -> int:
+    """A producer's last resort, with no recorder possible: record, in this process, what
+    the closed or dead producers of `directory` left.  Takes the recorder's lock (a
+    recorder starting meanwhile waits its turn); returns how many tasks."""
+    from roar_core.recording.follower import Follower
+
+    lock = os.open(directory / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        roar = open_roar(directory)
+        try:
+            follower = Follower(roar, directory, lifetime_status=lambda: lifetime_status)
+            done = follower.poll()
+            follower.sync()
+        finally:
+            roar.close(timeout=0)
+        return done
+    finally:
+        os.close(lock)
+
+
+def main(argv: list[str]) -> int:
+    directory = Path(argv[0])
+    lock = os.open(directory / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return 0  # another one follows this directory
+    yield_cpu()
+    import logging
+
+    from roar_core.recorder import freeze_heap
+    from roar_core.recording.follower import CausalOrder, Follower
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
+    settings = read_settings(directory)
+    # It sends the events itself, between passes (Spool.send_some): no sender thread.
+    roar = open_roar(directory, settings)
+    ending = directory / ENDING
+    # The workflow run's recorders on other nodes: a consumer's events after its producer's.
+    order = (CausalOrder(roar.store, settings["order"], directory.name)
+             if settings.get("order") else None)
+    follower = Follower(roar, directory, lifetime_status=lambda: (
+        "COMPLETE" if ending.exists() else "ABORT"), sync_every=SYNC_S, order=order)
+    wake = tasklog._mkfifo(directory / tasklog.WAKE)
+    freeze_heap()
+    idle_since = time.monotonic()
+    # Rewritten in place, padded to one length, never renamed over: a new entry in the
+    # directory would make every Ray worker there list it again for its next task.
+    status = os.open(directory / STATUS, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    next_send = next_mark = 0.0
+    try:
+        while True:
+            tasklog.drain_fifo(wake)
+            began = time.time()
+            recorded = follower.poll()
+            if follower.held_from is None:  # all that ended before `began` is recorded
+                os.pwrite(status, f"{began:<24.6f}".encode(), 0)
+            if not recorded or began >= next_send:
+                # Everything recorded so far out of the spool: our mark can move on.
+                sent = roar.spool.send_some(SEND_S) if roar.spool is not None else True
+                next_send = began + SEND_EVERY_S
+                if order is not None and sent and began >= next_mark:
+                    mark = datetime.fromtimestamp(began, timezone.utc)
+                    order.advance(min(mark, follower.held_from or mark))
+                    next_mark = began + SEND_EVERY_S
+            if recorded:
+                idle_since = time.monotonic()
+                # Passes at least PASS_S apart unless a producer waits: a pass has fixed
+                # costs (logs and spool looked at), which passes of one or two tasks each
+                # paid per task.
+                select.select([wake], [], [], max(0.0, began + PASS_S - time.time()))
+                continue
+            if not follower.pending() and not tasklog.log_paths(directory):
+                if ending.exists() or time.monotonic() - idle_since > IDLE_EXIT_S:
+                    return 0
+            else:
+                idle_since = time.monotonic()
+            select.select([wake], [], [], PASS_S)
+    finally:
+        follower.sync()
+        os.close(status)
+        if roar.spool is not None:
+            roar.spool.flush(30)
+        if order is not None:
+            order.advance(datetime.now(timezone.utc), done=True)
+        roar.close(timeout=0)  # its events: flushed above, before the mark said so
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

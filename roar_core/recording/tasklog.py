@@ -1,0 +1,505 @@
+"""Task logs: how whatever marks task boundaries hands tasks to the recorder.
+
+A producer -- the `roar-core run` runner, a Ray worker, Snakemake's scheduler, an Airflow
+task process -- appends one line when a task begins and one when it ends, to its own log in
+the session directory, next to the tracer's logs.  One write(2) into the page cache each,
+which outlives a SIGKILL like the tracer's own logs; no store, no thread, nothing imported
+but the standard library.  The recorder process of the directory (roar_core.recording
+.recorder) reads the logs and the tracer logs and records each task, then marks it in the
+same log; a producer that needs the answer (Airflow's provider, Snakemake's temp() files)
+`wait`s for that mark.
+
+One file per producer process, `tasks-<pid>-<starttime>.jsonl` (the start time, from /proc,
+tells a dead process from a later one that got the same pid):
+
+    {"v": 1, "pid": 123, "start": 456, "host": "node-1",          first line, by the producer
+     "common": {...}}                                            (fields all its tasks share)
+    {"wb": {...workflow run...}}                                  a workflow run began
+    {"b": {...TaskMeta...}, "lifetime": false, "d": "<dir>"}     a task began   (producer)
+    {"e": "<run id>", "s": "COMPLETE", "t": "<iso>", ...}        it ended       (producer)
+    {"we": "<run id>", "s": "COMPLETE", "t": "<iso>", "m": null} the workflow run ended
+    {"closed": 1}                                                nothing more comes
+    {"started": "<run id>"}                                      START recorded (recorder)
+    {"r": "<run id>", "res": {...}}                               recorded       (recorder)
+
+Every line is one O_APPEND write, so the two writers never interleave.  A task's own
+tracer session (`"d"`, a subdirectory: the task's processes are its alone) is read whole
+when it ends and removed once it is recorded; without one, the task's records are those
+its tag marks in the directory's logs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import socket
+import stat
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the writing side stays light: producers import only this module
+    from roar_core.recorder import TaskMeta, TaskOutcome
+
+log = logging.getLogger(__name__)
+
+VERSION = 1
+PREFIX = "tasks-"
+SUFFIX = ".jsonl"
+WAKE = "recorder.wake"  # a FIFO the recorder waits on between passes
+WAIT_PREFIX = "wait-"  # FIFOs of producers waiting for one task, or for their whole log
+_META_FIELDS = ("run_id", "engine", "namespace", "job_name", "engine_task_id", "attempt",
+                "parent_run_id", "command", "host", "pid", "node_id", "traced",
+                "untraced_reason")
+_OPEN_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
+
+
+def process_start(pid: int) -> int:
+    """The process's start time in clock ticks since boot (0 where /proc cannot say)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat_ = f.read()
+        # The command name (field 2) may hold spaces and parentheses: split after it.
+        return int(stat_[stat_.rindex(b")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def process_alive(pid: int, start: int) -> bool:
+    """Is the process that wrote a task log still running (on this host)?"""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return not start or process_start(pid) in (0, start)
+
+
+def meta_to_json(meta: TaskMeta) -> dict:
+    """A TaskMeta in its log form."""
+    d = {f: getattr(meta, f) for f in _META_FIELDS}
+    d["started_at"] = meta.started_at.isoformat()
+    d["workflow"] = asdict(meta.workflow) if meta.workflow else None
+    d["engine_version"] = asdict(meta.engine_version) if meta.engine_version else None
+    return d
+
+
+def meta_from_json(d: dict) -> TaskMeta:
+    from roar_core import emission
+    from roar_core.declared import Declared
+    from roar_core.facets import RUN_FACETS
+    from roar_core.recorder import TaskMeta
+
+    wf, eng, decl = d.get("workflow"), d.get("engine_version"), d.get("declared")
+    return TaskMeta(
+        **{f: d.get(f) for f in _META_FIELDS},
+        started_at=datetime.fromisoformat(d["started_at"]),
+        workflow=emission.RunRef(**wf) if wf else None,
+        engine_version=emission.Engine(**eng) if eng else None,
+        # roar's own run facets by key, as plain fields (the producer loads no client)
+        run_facets={key: RUN_FACETS[key](**fields, producer=emission.producer())
+                    for key, fields in (d.get("run_facets") or {}).items()},
+        declared=Declared(**decl) if decl else None,
+        secrets=tuple(d.get("secrets") or ()),
+    )
+
+
+def _line(entry: dict) -> bytes:
+    text = json.dumps(entry, separators=(",", ":"), default=str) + "\n"
+    return text.encode("utf-8", "surrogateescape")
+
+
+def _mkfifo(path: Path) -> int:
+    """A FIFO at `path` (made if missing), opened for reading without ever seeing EOF."""
+    try:
+        os.mkfifo(path, 0o600)
+    except FileExistsError:
+        if not stat.S_ISFIFO(os.lstat(path).st_mode):
+            raise
+    return os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+
+
+def poke(path: str | os.PathLike) -> bool:
+    """Wake whoever waits on the FIFO at `path`; False when nobody does (no FIFO, no
+    reader).  Never blocks: a full FIFO has a wake-up pending already."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        os.write(fd, b"\n")
+    except BlockingIOError:
+        pass
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def drain_fifo(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except BlockingIOError:
+        pass
+
+
+class TaskLog:
+    """This process's task log (thread-safe: every line is a single O_APPEND write)."""
+
+    def __init__(self, directory: str | os.PathLike, common: dict[str, Any] | None = None,
+                 *, wake: bool = False, results: bool = False):
+        """`common`: log-form TaskMeta fields shared by every task of this process,
+        written once (a task's own fields win).  `wake`: wake the recorder at each task's
+        end instead of letting it find the task at its next pass (tens of ms later).
+        `results`: the recorder marks every task with what it recorded (`Result`), not
+        only those waited for."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.directory = directory
+        self.pid = os.getpid()
+        self.start = process_start(self.pid)
+        self.name = f"{PREFIX}{self.pid}-{self.start}"
+        self.path = directory / f"{self.name}{SUFFIX}"
+        # Read and append: the producer reads the recorder's marks (results) through it,
+        # also once the recorder has removed the file.
+        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+                           0o644)
+        self._wake = wake
+        self._failed = False
+        self._read_at = 0
+        self.results: dict[str, dict | None] = {}  # run id -> what the recorder said
+        head = {"v": VERSION, "pid": self.pid, "start": self.start,
+                "host": socket.gethostname(), "common": common or {}}
+        if results:
+            head["results"] = 1
+        self._write(head)
+
+    def _write(self, entry: dict) -> None:
+        try:
+            os.write(self._fd, _line(entry))
+        except OSError as e:  # lineage must never fail the task; say it once
+            if not self._failed:
+                self._failed = True
+                log.warning("roar: cannot write the task log %s: %s (tasks are not "
+                            "recorded)", self.path, e)
+
+    def workflow_begun(self, run: dict[str, Any]) -> None:
+        """`run`: namespace, job_name, run_id, engine, started_at (ISO-8601), facets,
+        engine_version ({name, version})."""
+        self._write({"wb": run})
+
+    def workflow_ended(self, run_id: str, status: str, error: str | None = None) -> None:
+        self._write({"we": run_id, "s": status, "m": error,
+                     "t": datetime.now(timezone.utc).isoformat()})
+
+    def begun(self, meta: TaskMeta | dict[str, Any], lifetime: bool = False,
+              own_dir: str | None = None) -> None:
+        """`meta`: a TaskMeta, or its log form (TaskMeta's logged fields, `started_at` as
+        ISO-8601, `workflow` and `engine_version` as dicts, `run_facets` as key ->
+        fields, `declared` as Declared's fields, `secrets` a list) for producers that do
+        not import the recording side.  `own_dir`: the task's own tracer session, a
+        subdirectory of the log's directory."""
+        entry: dict[str, Any] = {"b": meta if isinstance(meta, dict) else meta_to_json(meta)}
+        if lifetime:
+            entry["lifetime"] = True
+        if own_dir is not None:
+            entry["d"] = own_dir
+        self._write(entry)
+
+    def ended(self, run_id: str, status: str, *, error: str | None = None,
+              exit_code: int | None = None, ended_at: datetime | None = None,
+              captured: dict[str, Any] | None = None, pid: int | None = None,
+              shadow: tuple[str, str] | None = None, wait: bool = False) -> int | None:
+        """`captured`: the task's versions as it ended (`capture.to_dict`), taken by the
+        producer; without them the recorder takes them when it records the task.  `pid`:
+        the task's own process, known only now.  `shadow`: (shadow root, workdir) -- the
+        task ran in a shadow directory whose paths name files of the workdir.  `wait`:
+        returns a descriptor for `wait_for` (call it: it closes the descriptor)."""
+        entry: dict[str, Any] = {"e": run_id, "s": status,
+                                 "t": (ended_at or datetime.now(timezone.utc)).isoformat()}
+        for key, value in (("x", exit_code), ("m", error), ("c", captured), ("p", pid),
+                           ("sh", shadow)):
+            if value is not None:
+                entry[key] = value
+        fd = None
+        if wait:
+            entry["w"] = 1
+            fd = self._waiter(run_id)
+        self._write(entry)
+        if self._wake or wait:
+            poke(self.directory / WAKE)
+        return fd
+
+    def closed(self, wait: bool = False) -> int | None:
+        """Nothing more comes from this log: tasks begun and not ended are ABORT.  `wait`:
+        returns a descriptor for `wait_for`, poked once every task of the log is
+        recorded."""
+        fd = self._waiter(self.name) if wait else None
+        self._write({"closed": 1, "w": 1} if wait else {"closed": 1})
+        poke(self.directory / WAKE)
+        return fd
+
+    def _waiter(self, key: str) -> int | None:
+        try:
+            return _mkfifo(self.directory / f"{WAIT_PREFIX}{key}")
+        except OSError:
+            return None
+
+    def wait_for(self, key: str, fd: int | None, timeout: float | None) -> bool:
+        """Wait until the recorder pokes `fd` (from `ended`/`closed` with wait) or the
+        timeout; then read its marks into `results`.  True when `key` (a run id, or this
+        log's name for `closed`) is recorded."""
+        try:
+            if fd is not None:
+                select.select([fd], [], [], timeout)
+        finally:
+            if fd is not None:
+                os.close(fd)
+                try:
+                    os.unlink(self.directory / f"{WAIT_PREFIX}{key}")
+                except OSError:
+                    pass
+        self.read_results()
+        if key == self.name:
+            return bool(self.results) and all(r is not None for r in self.results.values())
+        return self.results.get(key) is not None
+
+    def read_results(self) -> None:
+        """The recorder's marks appended since the last read."""
+        try:
+            data = os.pread(self._fd, 1 << 24, self._read_at)
+        except OSError:
+            return
+        while data:
+            end = data.rfind(b"\n") + 1
+            self._read_at += end
+            for raw in data[:end].splitlines():
+                if raw.startswith(b'{"b"'):
+                    try:
+                        self.results.setdefault(json.loads(raw)["b"]["run_id"], None)
+                    except (ValueError, KeyError, TypeError):
+                        pass
+                elif raw.startswith(b'{"r"'):
+                    try:
+                        d = json.loads(raw)
+                        self.results[d["r"]] = d.get("res") or {}
+                    except (ValueError, KeyError, TypeError):
+                        pass
+            if end == 0 or len(data) < 1 << 24:
+                return
+            data = os.pread(self._fd, 1 << 24, self._read_at)
+
+    def remove(self) -> None:
+        """Done with it, every task recorded: the file goes (the recorder would remove it
+        once this process is gone)."""
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+@dataclass
+class Entry:
+    """One task as a log tells it."""
+
+    meta: TaskMeta
+    lifetime: bool = False
+    outcome: TaskOutcome | None = None  # None: not ended (yet)
+    started: bool = False  # START recorded
+    recorded: bool = False
+    captured: dict[str, Any] | None = None  # its versions, taken as it ended
+    own_dir: str | None = None
+    shadow: tuple[str, str] | None = None
+    waited: bool = False
+
+
+@dataclass
+class Workflow:
+    """A workflow run a log began."""
+
+    run: dict[str, Any]
+    ended: tuple[str, str | None, datetime] | None = None  # (status, error, when)
+    started: bool = False
+    done: bool = False
+
+
+@dataclass
+class TaskLogFile:
+    """A task log as read so far (`read_more` picks up what was appended since)."""
+
+    path: Path
+    pid: int
+    start: int
+    host: str
+    entries: dict[str, Entry] = field(default_factory=dict)  # by run id, in begin order
+    common: dict[str, Any] = field(default_factory=dict)
+    workflows: dict[str, Workflow] = field(default_factory=dict)
+    closed: bool = False
+    close_waited: bool = False
+    results: bool = False  # mark every task with its Result
+    _offset: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.path.name[:-len(SUFFIX)]
+
+    @classmethod
+    def open(cls, path: str | os.PathLike) -> TaskLogFile | None:
+        """None while the header line is not complete (or not a task log)."""
+        path = Path(path)
+        try:
+            with open(path, "rb") as f:
+                first = f.readline()
+        except OSError:
+            return None
+        if not first.endswith(b"\n"):
+            return None
+        try:
+            head = json.loads(first)
+            j = cls(path, int(head["pid"]), int(head["start"]), str(head["host"]),
+                    common=dict(head.get("common") or {}), results=bool(head.get("results")))
+        except (ValueError, KeyError, TypeError):
+            log.warning("roar: %s is not a task log", path)
+            return None
+        j._offset = len(first)
+        j.read_more()
+        return j
+
+    def read_more(self) -> list[Entry]:
+        """Apply the complete lines appended since the last read; returns tasks begun."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                data = f.read()
+        except OSError:
+            return []
+        end = data.rfind(b"\n") + 1  # a line not complete yet waits for the next read
+        self._offset += end
+        begun = []
+        for raw in data[:end].splitlines():
+            try:
+                d = json.loads(raw)
+                if "b" in d:
+                    meta = meta_from_json({**self.common, **d["b"]})
+                    entry = self.entries[meta.run_id] = Entry(
+                        meta, bool(d.get("lifetime")), own_dir=d.get("d"))
+                    begun.append(entry)
+                elif "e" in d and d["e"] in self.entries:
+                    from roar_core.recorder import TaskOutcome
+
+                    entry = self.entries[d["e"]]
+                    entry.outcome = TaskOutcome(
+                        d["s"], datetime.fromisoformat(d["t"]), d.get("x"), d.get("m"))
+                    entry.captured = d.get("c")
+                    if d.get("p") is not None:
+                        entry.meta.pid = d["p"]
+                    entry.shadow = tuple(d["sh"]) if d.get("sh") else None
+                    entry.waited = bool(d.get("w"))
+                elif "started" in d and d["started"] in self.entries:
+                    self.entries[d["started"]].started = True
+                elif "r" in d:
+                    if d["r"] in self.entries:
+                        self.entries[d["r"]].recorded = True
+                    elif d["r"] in self.workflows:
+                        self.workflows[d["r"]].done = True
+                elif "wb" in d:
+                    self.workflows[d["wb"]["run_id"]] = Workflow(d["wb"])
+                elif "ws" in d and d["ws"] in self.workflows:
+                    self.workflows[d["ws"]].started = True
+                elif "we" in d and d["we"] in self.workflows:
+                    self.workflows[d["we"]].ended = (d["s"], d.get("m"),
+                                                     datetime.fromisoformat(d["t"]))
+                elif "closed" in d:
+                    self.closed = True
+                    self.close_waited = bool(d.get("w"))
+            except (ValueError, KeyError, TypeError) as e:
+                log.warning("roar: skipping a bad line of %s: %s", self.path, e)
+        return begun
+
+    def unrecorded(self) -> list[Entry]:
+        return [e for e in self.entries.values() if not e.recorded]
+
+    def ended_unrecorded(self) -> int:
+        """Tasks that ended and wait for the recorder (what a drain waits for)."""
+        return sum(1 for e in self.entries.values() if e.outcome and not e.recorded)
+
+    def alive(self) -> bool:
+        return process_alive(self.pid, self.start)
+
+
+class Result:
+    """A recorded task as its producer is told (the recorder's `res` mark): read as plain
+    JSON, turned into emission records only when asked (a task process may never need the
+    OpenLineage client; importing it costs ~0.2 s)."""
+
+    def __init__(self, data: dict[str, Any] | None):
+        self.data = data or {}
+
+    @classmethod
+    def failed(cls, status: str, error: str) -> Result:
+        return cls({"ok": False, "status": status, "error": error})
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.data.get("ok"))
+
+    @property
+    def status(self) -> str:
+        return self.data.get("status", "ABORT")
+
+    @property
+    def error(self) -> str | None:
+        return self.data.get("error")
+
+    @property
+    def counts(self) -> tuple[int, int]:
+        return len(self.data.get("inputs") or []), len(self.data.get("outputs") or [])
+
+    @property
+    def inputs(self) -> list:
+        return [_dataset(x) for x in self.data.get("inputs") or []]
+
+    @property
+    def outputs(self) -> list:
+        return [_dataset(x) for x in self.data.get("outputs") or []]
+
+    @property
+    def task(self):
+        from roar_core.emission import TaskInfo
+
+        return TaskInfo(**self.data["task"]) if self.data.get("task") else None
+
+    @property
+    def io(self):
+        from roar_core.emission import IOCheck
+
+        return IOCheck(**self.data["io"]) if self.data.get("io") else None
+
+
+def _dataset(x: dict[str, Any]):
+    from roar_core.emission import Dataset
+
+    x = dict(x)
+    x["symlinks"] = [tuple(s) for s in x.get("symlinks") or []]
+    x["previous"] = tuple(x["previous"]) if x.get("previous") else None
+    return Dataset(**x)
+
+
+def log_paths(directory: str | os.PathLike) -> list[Path]:
+    return sorted(Path(directory).glob(f"{PREFIX}*{SUFFIX}"))
+
+
+def task_logs(directory: str | os.PathLike) -> list[TaskLogFile]:
+    """Every readable task log in a directory."""
+    return [j for p in log_paths(directory) if (j := TaskLogFile.open(p)) is not None]
