@@ -288,7 +288,8 @@ class TaskLog:
                 elif raw.startswith(b'{"r"'):
                     try:
                         d = json.loads(raw)
-                        self.results[d["r"]] = d.get("res") or {}
+                        if d["r"] in self.results:  # a task's (not a workflow run's)
+                            self.results[d["r"]] = d.get("res") or {}
                     except (ValueError, KeyError, TypeError):
                         pass
             if end == 0 or len(data) < 1 << 24:

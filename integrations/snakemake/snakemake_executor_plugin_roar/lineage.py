@@ -3,30 +3,38 @@
 The executor calls `begin` on the thread that runs a job, `fail` there when the job raised
 (before Snakemake deletes its partial outputs), `complete` once Snakemake has post-processed
 a job (outputs moved out of the shadow directory, touch() done, temp files still there), and
-`close` at shutdown.  Recording is roar_core's, in a helper process (roar_core.remote):
-Snakemake's scheduler holds the GIL, so recording in its process would slow every job.
+`close` at shutdown.  Each is one line in this process's task log; the recording is
+done by roar_core's recorder process (roar_core.recording): Snakemake's scheduler holds the
+GIL, so recording in its process would slow every job.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
+import shutil
+import socket
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass, field
+import time
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 import roar_core
 from roar_core import config as config_mod
 from roar_core import tracer
-from roar_core.remote import RemoteRoar, TaskResult
+from roar_core.ids import new_run_id
+from roar_core.recording import recorder
+from roar_core.recording.tasklog import Result, TaskLog
+from roar_core.session import hold_owner_lock, new_session_dir
 from snakemake_executor_plugin_roar import jobs, tracing
 
 log = logging.getLogger("roar")
 ENGINE = "snakemake"
+WAIT_S = 60.0  # for one job's lineage (temp() outputs hashed before Snakemake deletes them)
+CLOSE_WAIT_S = 300.0  # for every job's, at the end of the run
 
 
 class SetupError(Exception):
@@ -45,7 +53,9 @@ class _Task:
 
 @dataclass
 class Lineage:
-    remote: RemoteRoar
+    tasks: TaskLog
+    directory: Path
+    config: config_mod.Config
     workflow_run: str
     name: str
     traced: bool
@@ -54,6 +64,8 @@ class Lineage:
     workdir: str
     engine_version: tuple[str, str]
     in_process_run: bool
+    namespace: str
+    _owner: int | None = None
     _detach: object = None
     _tasks: dict[int, _Task] = field(default_factory=dict)
     _jobs: dict[str, str] = field(default_factory=dict)  # run id -> "rule x (jobid n, ...)"
@@ -87,24 +99,36 @@ class Lineage:
         # Local copies of storage files and conda environments, wherever they were put.
         internal.append(getattr(workflow.storage_settings, "local_storage_prefix", None))
         internal.append(getattr(workflow.deployment_settings, "conda_prefix", None))
-        try:
-            remote = RemoteRoar(cfg, internal=[p for p in internal if p])
-        except OSError as e:
-            raise SetupError(f"roar: cannot start the lineage recorder process: {e}") from None
-        name = settings.workflow_name or os.path.basename(workdir) or "snakemake"
         import snakemake
 
-        wf = remote.start_workflow(name, engine=ENGINE, facets={
-            "snakefile": str(workflow.main_snakefile), "workdir": workdir},
-            engine_version=(ENGINE, snakemake.__version__))
+        name = settings.workflow_name or os.path.basename(workdir) or "snakemake"
+        engine = {"name": ENGINE, "version": snakemake.__version__}
+        wf = new_run_id()
+        try:
+            # This invocation's sessions: its task log, and a tracer session per job.
+            directory = new_session_dir(cfg, f"snakemake-{wf}", in_memory=True)
+            owner = hold_owner_lock(directory)  # never swept while we live
+            recorder.write_settings(directory, cfg, [*(p for p in internal if p), directory])
+            tasks = TaskLog(directory, wake=True, results=True, common={
+                "engine": ENGINE, "namespace": cfg.namespace, "host": socket.gethostname(),
+                "workflow": {"namespace": cfg.namespace, "job_name": name, "run_id": wf},
+                "engine_version": engine})
+        except OSError as e:
+            raise SetupError(f"roar: cannot set up the lineage session: {e}") from None
+        tasks.workflow_begun({
+            "namespace": cfg.namespace, "job_name": name, "run_id": wf, "engine": ENGINE,
+            "started_at": datetime.now(timezone.utc).isoformat(), "engine_version": engine,
+            "facets": {"snakefile": str(workflow.main_snakefile), "workdir": workdir}})
+        _start_recorder(directory)
         if not status.usable:
             log.warning("roar: jobs run UNTRACED: %s", status.reason)
         self = cls(
-            remote=remote, workflow_run=wf, name=name, traced=status.usable,
-            untraced_reason=None if status.usable else status.reason,
+            tasks=tasks, directory=directory, config=cfg, workflow_run=wf, name=name,
+            traced=status.usable, untraced_reason=None if status.usable else status.reason,
             shadow_root=os.path.abspath(persistence.shadow_path), workdir=workdir,
             engine_version=(ENGINE, snakemake.__version__),
             in_process_run=bool(workflow.execution_settings.use_threads),
+            namespace=cfg.namespace, _owner=owner,
         )
         self._detach = tracing.attach()
         return self
@@ -124,16 +148,26 @@ class Lineage:
     def begin(self, job, workflow, spawned: bool) -> tracing.Binding | None:
         kind = jobs.kind(job)
         reason = self._untraced_reason(kind)
-        run_id, session = self.remote.begin_task(
-            f"{self.name}.{job.rule.name}", ENGINE, workflow=self.workflow_run,
-            engine_task_id=str(job.jobid), attempt=int(job.attempt),
-            traced=reason is None, untraced_reason=reason,
-            run_facets={"roar_snakemake": jobs.facet(job, kind)},
-            declared=jobs.declared(job, workflow, spawned),
-            engine_version=self.engine_version, command=jobs.command(job),
-            secrets=jobs.secrets(job),
-            pid=os.getpid(),  # until the job's own process is known (its end says)
-        )
+        run_id = new_run_id()
+        session = None
+        if reason is None:
+            session = self.directory / run_id  # the job's own tracer session
+            session.mkdir()
+        declared = jobs.declared(job, workflow, spawned)
+        self.tasks.begun({
+            "run_id": run_id, "job_name": f"{self.name}.{job.rule.name}",
+            # Taken here, when Snakemake begins the job: its process may still be starting.
+            "started_at": datetime.now(timezone.utc).isoformat(),
+            "engine_task_id": str(job.jobid), "attempt": int(job.attempt),
+            "traced": reason is None, "untraced_reason": reason,
+            "run_facets": {"roar_snakemake": jobs.facet(job, kind)},
+            "declared": asdict(declared) if declared else None,
+            "command": jobs.command(job), "secrets": list(jobs.secrets(job)),
+            "pid": os.getpid(),  # until the job's own process is known (its end says)
+        }, own_dir=run_id if session is not None else None)
+        if reason is not None:
+            log.warning("roar: task %s.%s runs UNTRACED: %s", self.name, job.rule.name,
+                        reason)
         binding = tracing.Binding(session, run_id) if session is not None else None
         out_flags = [jobs.flags(f) for f in job.output]
         temp = any("temp" in f for f in out_flags)
@@ -157,17 +191,17 @@ class Lineage:
                 self._failed.discard(job.jobid)
             else:
                 self._failed.add(job.jobid)
-        unshadow = None
-        if task.unshadow:
-            unshadow = functools.partial(tracing.unshadow, shadow_root=self.shadow_root,
-                                         workdir=self.workdir)
         pids = task.binding.pids if task.binding else []
-        self.remote.end_task(
-            task.run_id, status, session=task.binding.session if task.binding else None,
-            exit_code=exit_code, error=error, records_filter=unshadow,
-            pid=pids[0] if pids else None, ended_at=task.ended_at,
-            # temp() files may be deleted as soon as their consumers are done: hash first.
-            wait=wait or task.temp_outputs)
+        # temp() files may be deleted as soon as their consumers are done: hash first.
+        wait = wait or task.temp_outputs
+        fd = self.tasks.ended(
+            task.run_id, status, exit_code=exit_code, error=error,
+            shadow=(self.shadow_root, self.workdir) if task.unshadow else None,
+            pid=pids[0] if pids else None, ended_at=task.ended_at, wait=wait)
+        if wait and not self.tasks.wait_for(task.run_id, fd, WAIT_S):
+            log.warning("roar: lineage of %s not recorded within %.0f s; the workflow goes "
+                        "on (it is recorded later)", self._jobs.get(task.run_id), WAIT_S)
+            _start_recorder(self.directory)  # had it died?
 
     def _task(self, job) -> _Task | None:
         with self._lock:
@@ -212,38 +246,61 @@ class Lineage:
             still_open = list(self._tasks.values())
             self._tasks.clear()
         for task in still_open:  # cancelled or killed before Snakemake reported back
-            self.remote.end_task(task.run_id, "ABORT", error="cancelled",
-                                 session=task.binding.session if task.binding else None)
+            self.tasks.ended(task.run_id, "ABORT", error="cancelled")
         status = "ABORT" if aborted else ("FAIL" if self._failed else "COMPLETE")
         error = f"{len(self._failed)} job(s) failed" if status == "FAIL" else None
         try:
-            self.remote.finish_workflow(self.workflow_run, status, error=error)
-            results = self.remote.close()
+            self.tasks.workflow_ended(self.workflow_run, status, error=error)
+            results = self._finish()
             if summary:
                 print(self.summary(results), file=sys.stderr)
         finally:
             if self._detach:
                 self._detach()
 
-    def summary(self, results: list[TaskResult]) -> str:
+    def _finish(self) -> dict[str, Result]:
+        """Every job's lineage recorded (by the recorder; by this process as a last
+        resort), the recorder gone, the session removed; what each job's recording said."""
+        fd = self.tasks.closed(wait=True)
+        _start_recorder(self.directory)
+        done = self.tasks.wait_for(self.tasks.name, fd, CLOSE_WAIT_S)
+        if not done and not recorder.running(self.directory):
+            log.warning("roar: no recorder process: recording this run's lineage here")
+            try:
+                recorder.record_here(self.directory)
+            except Exception as e:
+                log.error("roar: lineage of this run LOST: %s: %s", type(e).__name__, e)
+            self.tasks.read_results()
+        # The recorder leaves once nothing is left to follow: its last events sent.
+        (self.directory / recorder.ENDING).touch()
+        recorder.wait_gone(self.directory, time.monotonic() + 60)
+        results = {k: Result(v) if v is not None else Result.failed("ABORT", "not recorded")
+                   for k, v in self.tasks.results.items()}
+        self.tasks.close()
+        if self._owner is not None:
+            os.close(self._owner)
+            self._owner = None
+        shutil.rmtree(self.directory, ignore_errors=True)
+        return results
+
+    def summary(self, results: dict[str, Result]) -> str:
         lines, lost = [], 0
-        for r in results:
-            if r.error is not None:
+        for run_id, r in results.items():
+            if not r.ok:
                 lost += 1
                 continue
             parts = []
-            if r.undeclared_reads:
-                parts.append("undeclared reads: " + ", ".join(r.undeclared_reads))
-            if r.undeclared_writes:
-                parts.append("undeclared writes: " + ", ".join(r.undeclared_writes))
-            if not r.traced:
-                parts.append(f"UNTRACED ({r.untraced_reason})")
+            io, task = r.io, r.task
+            if io and io.undeclared_reads:
+                parts.append("undeclared reads: " + ", ".join(io.undeclared_reads))
+            if io and io.undeclared_writes:
+                parts.append("undeclared writes: " + ", ".join(io.undeclared_writes))
+            if task is not None and not task.traced:
+                parts.append(f"UNTRACED ({task.untraced_reason})")
             if parts:
-                lines.append(f"  {self._jobs.get(r.run_id, r.job_name)}: " + "; ".join(parts))
+                lines.append(f"  {self._jobs.get(run_id, run_id)}: " + "; ".join(parts))
         head = (f"roar: lineage of {len(results)} job(s) recorded under workflow run "
-                f"{self.name} {self.workflow_run} (store: {self.remote.config.home})")
-        if self.remote.error:
-            head += f"; recording FAILED: {self.remote.error}"
+                f"{self.name} {self.workflow_run} (store: {self.config.home})")
         if lost:
             head += f"; lineage of {lost} job(s) LOST (see the errors above)"
         if not lines:
@@ -272,3 +329,10 @@ def _error_text(exc: BaseException, code: int | None) -> str:
     if code is not None and f"exit status {code}" not in text:
         text = f"exit code {code}: {text}"
     return text[:4000]
+
+
+def _start_recorder(directory: Path) -> None:
+    try:
+        recorder.ensure(directory)
+    except OSError as e:  # the jobs go on; what they did is recorded at the end, here
+        log.warning("roar: cannot start the lineage recorder process: %s", e)

@@ -70,7 +70,7 @@ def _rec(op: str, path: bytes, path2: bytes = b"") -> Record:
 
 
 def test_unshadow_names_files_by_their_workdir_path():
-    from snakemake_executor_plugin_roar.tracing import unshadow
+    from roar_core.attribution import unshadow
 
     sh = b"/wd/.snakemake/shadow/tmpab12"
     records = [
