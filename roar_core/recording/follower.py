@@ -124,11 +124,14 @@ class Follower:
     def __init__(self, roar: Roar, directory: str | os.PathLike, *,
                  lifetime_status: Callable[[], str] = lambda: "ABORT",
                  alive: Callable[[int, int], bool] = process_alive,
-                 sync_every: float = 0.0, order: CausalOrder | None = None):
+                 sync_every: float = 0.0, order: CausalOrder | None = None,
+                 hold_start_s: float = 0.0):
         """`sync_every`: while passes keep finding tasks, sync the spool at most this often
         (seconds; 0: after every pass).  An idle pass, and `sync()`, sync at once.
-        `order`: other recorders of the same workflow run (other nodes) to keep behind."""
+        `order`: other recorders of the same workflow run (other nodes) to keep behind.
+        `hold_start_s`: how long a task's START may wait to go in with its end."""
         self.roar = roar
+        self.hold_start_s = hold_start_s
         self.order = order
         # The earliest end among the tasks the last pass held back for `order` (None:
         # none): this recorder's own mark must not pass it.
@@ -286,18 +289,31 @@ class Follower:
         begun += j.read_more()
         f.dead = dead or j.closed
         self._workflows(f, starting=True)
+        self._due_starts(f, begun)
+
+    def _due_starts(self, f: _Followed, begun: list[Entry]) -> None:
+        """Record the STARTs of tasks running for `hold_start_s` already.  One that ends
+        sooner has its START recorded with its end: one commit and one spool sync, where
+        two would be most of the work for engines of many short tasks."""
         for entry in begun:
-            if not entry.started and entry.outcome is None:
+            if not entry.started:
+                f.unstarted[entry.meta.run_id] = entry
+        if not f.unstarted:
+            return
+        due = datetime.now(timezone.utc).timestamp() - self.hold_start_s
+        for run_id, entry in list(f.unstarted.items()):
+            if entry.started or entry.recorded or entry.outcome is not None:
+                del f.unstarted[run_id]
+            elif entry.meta.started_at.timestamp() <= due:
+                del f.unstarted[run_id]
                 self._start(f, entry)
 
     def _ready(self, f: _Followed, begun: list[Entry]) -> list[
             tuple[_Followed, Entry, TaskOutcome]]:
-        """The tasks of `f` to record now, with their outcomes; STARTs of `begun` that
-        have not ended first (an ended task's START goes in with its end: one commit)."""
+        """The tasks of `f` to record now, with their outcomes; the STARTs that are due
+        (an ended task's START goes in with its end: one commit)."""
         j = f.tasklog
-        for entry in begun:
-            if not entry.started and entry.outcome is None:
-                self._start(f, entry)
+        self._due_starts(f, begun)
         ready = j.unrecorded() if f.dead else [e for e in j.entries.values()
                                               if e.outcome is not None and not e.recorded]
         if ready:
@@ -432,6 +448,7 @@ class _Followed:
         self._marks: list[dict] = []
         self._fd = -1
         self.waiters: list[str] = []  # run ids recorded for a waiting producer
+        self.unstarted: dict[str, Entry] = {}  # begun, START not recorded (held)
         self.own_dirs: list[str] = []  # tasks' own tracer sessions, recorded
 
     def events(self, entry: Entry) -> tuple[list, int]:

@@ -44,6 +44,7 @@ SEND_EVERY_S = 0.25  # while tasks keep ending: events sent in batches, each wit
 # go with it anyway.  A task a producer waits for is synced at once.
 SYNC_S = 1.0
 PASS_S = 0.05
+HOLD_START_S = 1.0  # a task ended within it: its START recorded with its end
 IDLE_EXIT_S = 5.0  # with every task log done: how long to wait for a new producer first
 _SPAWN_LOCK = threading.Lock()
 
@@ -126,13 +127,14 @@ def wait_recorded(directory: Path, deadline: float) -> bool:
     return False
 
 
-def wait_gone(directory: Path, deadline: float) -> bool:
-    """Wait until the recorder has recorded what the dead producers left and exited."""
+def wait_gone(directory: Path, deadline: float, exited: bool = False) -> bool:
+    """Wait until the recorder has recorded what the dead producers left and exited
+    (`exited`: and its last events are sent: it has exited)."""
     tasklog.poke(directory / tasklog.WAKE)
     while time.monotonic() < deadline:
-        if not running(directory) or not tasklog.log_paths(directory):
+        if not running(directory) or not (exited or tasklog.log_paths(directory)):
             return True
-        time.sleep(0.05)
+        time.sleep(0.01)
     return False
 
 
@@ -189,7 +191,8 @@ def main(argv: list[str]) -> int:
     order = (CausalOrder(roar.store, settings["order"], directory.name)
              if settings.get("order") else None)
     follower = Follower(roar, directory, lifetime_status=lambda: (
-        "COMPLETE" if ending.exists() else "ABORT"), sync_every=SYNC_S, order=order)
+        "COMPLETE" if ending.exists() else "ABORT"), sync_every=SYNC_S, order=order,
+        hold_start_s=HOLD_START_S)
     wake = tasklog._mkfifo(directory / tasklog.WAKE)
     freeze_heap()
     idle_since = time.monotonic()
@@ -197,11 +200,13 @@ def main(argv: list[str]) -> int:
     # directory would make every Ray worker there list it again for its next task.
     status = os.open(directory / STATUS, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
     next_send = next_mark = 0.0
+    total = 0
     try:
         while True:
             tasklog.drain_fifo(wake)
             began = time.time()
             recorded = follower.poll()
+            total += recorded
             if follower.held_from is None:  # all that ended before `began` is recorded
                 os.pwrite(status, f"{began:<24.6f}".encode(), 0)
             if not recorded or began >= next_send:
@@ -233,6 +238,10 @@ def main(argv: list[str]) -> int:
         if order is not None:
             order.advance(datetime.now(timezone.utc), done=True)
         roar.close(timeout=0)  # its events: flushed above, before the mark said so
+        if os.environ.get("ROAR_DEBUG"):
+            cpu = os.times()
+            print(f"roar recorder: {total} tasks, {cpu.user + cpu.system:.3f} s CPU "
+                  f"({cpu.user:.3f} user)", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -109,7 +109,7 @@ class Lineage:
             directory = new_session_dir(cfg, f"snakemake-{wf}", in_memory=True)
             owner = hold_owner_lock(directory)  # never swept while we live
             recorder.write_settings(directory, cfg, [*(p for p in internal if p), directory])
-            tasks = TaskLog(directory, wake=True, results=True, common={
+            tasks = TaskLog(directory, results=True, common={
                 "engine": ENGINE, "namespace": cfg.namespace, "host": socket.gethostname(),
                 "workflow": {"namespace": cfg.namespace, "job_name": name, "run_id": wf},
                 "engine_version": engine})
@@ -273,7 +273,7 @@ class Lineage:
             self.tasks.read_results()
         # The recorder leaves once nothing is left to follow: its last events sent.
         (self.directory / recorder.ENDING).touch()
-        recorder.wait_gone(self.directory, time.monotonic() + 60)
+        recorder.wait_gone(self.directory, time.monotonic() + 60, exited=True)
         results = {k: Result(v) if v is not None else Result.failed("ABORT", "not recorded")
                    for k, v in self.tasks.results.items()}
         self.tasks.close()
