@@ -41,7 +41,7 @@ def new_session_dir(config: Config, name: str | None = None, *,
 
 
 # An in-memory session is stale once nothing has changed in it for this long, no process
-# that logs into it is alive and no lock in it is held (a recorder service's, an engine's
+# that logs into it is alive and no lock in it is held (a recorder's, an engine's
 # owner.lock).  The wait spares a worker's session exported by `roar-core env airflow` and
 # not used yet: nothing shows whether a shell still means to start a worker with it.
 STALE_AFTER_S = 3600.0
@@ -69,6 +69,8 @@ def sweep_stale_sessions(base: Path, now: float | None = None) -> list[Path]:
                 continue
             if _in_use(Path(entry.path)):
                 continue
+            if _unrecorded(Path(entry.path)):
+                continue
         except OSError:
             continue
         remove_session_dir(Path(entry.path))
@@ -76,9 +78,23 @@ def sweep_stale_sessions(base: Path, now: float | None = None) -> list[Path]:
     return removed
 
 
+def _unrecorded(d: Path) -> bool:
+    """Task logs are left here that no recorder follows (their producer and its recorder
+    were killed): start one to record them, and keep the session until it has."""
+    from roar_core.recording import recorder, tasklog
+
+    if not tasklog.log_paths(d) or not (d / recorder.SETTINGS).exists():
+        return False
+    try:
+        recorder.ensure(d)
+    except OSError:
+        pass
+    return True
+
+
 def _in_use(d: Path, depth: int = 2) -> bool:
-    """A live process logs here, or someone holds a lock here (depth: a RemoteRoar keeps
-    each task's session one level down)."""
+    """A live process logs here, or someone holds a lock here (depth: an engine keeps each
+    task's session one level down)."""
     locks = []
     for entry in os.scandir(d):
         name = entry.name
@@ -91,8 +107,8 @@ def _in_use(d: Path, depth: int = 2) -> bool:
             pid = name[5:].partition("-")[0]
             if not pid.isdigit() or pid_alive(int(pid)):
                 return True
-    # Locks last: probing one takes it for an instant, which a service starting right
-    # then would read as another service holding it.
+    # Locks last: probing one takes it for an instant, which a recorder starting right
+    # then would read as another recorder holding it.
     return any(lock_held(p) for p in locks)
 
 

@@ -150,6 +150,7 @@ class Follower:
         self._window_since = 0.0
         self._unsynced: dict[Path, _Followed] = {}
         self._urgent = False  # a producer waits for a task of this window
+        self._workflow_rows: set[str] = set()  # workflow runs known to be in the store
 
     def poll(self) -> int:
         """One pass; returns how many tasks it recorded (lineage, not STARTs).  Everything
@@ -225,6 +226,10 @@ class Follower:
             ordered = self._hold(ordered)
         tasks = []
         for f, entry, outcome in ordered:
+            try:
+                self._ensure_workflow(entry.meta)
+            except Exception as e:  # its task is recorded anyway (the store says why not)
+                log.error("roar: workflow run of task %s not stored: %s", entry.meta.job_name, e)
             records, dropped = f.events(entry)
             outcome.dropped += dropped
             tasks.append((f, entry, EndedTask(entry.meta, outcome, records,
@@ -373,8 +378,28 @@ class Follower:
             except OSError:
                 pass
 
+    def _ensure_workflow(self, meta) -> None:
+        """The row of the workflow run a task names, made by the first of its tasks to get
+        here when no log began it (Airflow: the provider sends the DAG run's events)."""
+        ref = meta.workflow
+        if ref is None or ref.run_id in self._workflow_rows:
+            return
+        from roar_core.recorder import now
+        from roar_core.store import WorkflowRun
+
+        store = self.roar.store
+        if store.workflow_run(ref.run_id) is None:
+            try:
+                store.start_workflow_run(WorkflowRun(ref.run_id, meta.engine, ref.namespace,
+                                                     ref.job_name, now(), {}))
+            except StoreError:
+                if store.workflow_run(ref.run_id) is None:  # not a lost race
+                    raise
+        self._workflow_rows.add(ref.run_id)
+
     def _start(self, f: _Followed, entry: Entry) -> None:
         try:
+            self._ensure_workflow(entry.meta)
             self.roar.recorder.started(entry.meta)
         except Exception as e:  # e.g. a restarted follower: the row is there already
             if self.roar.store.task_run(entry.meta.run_id) is None:
@@ -442,7 +467,10 @@ class _Followed:
         from roar_core.session import SessionCollector
 
         self.tasklog = tasklog
-        self.collector = SessionCollector(directory, root_pid=tasklog.pid)
+        # Only its process's tree, and only processes started after the log was (a worker's
+        # session holds a log for every process it ever forked).
+        self.collector = SessionCollector(directory, root_pid=tasklog.pid,
+                                          since_mono_ns=tasklog.mono)
         self.dead = False  # its process had exited (or closed its log) when this pass began
         self.done = False
         self._marks: list[dict] = []

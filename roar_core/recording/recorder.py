@@ -54,17 +54,19 @@ def running(directory: Path) -> bool:
 
 
 def write_settings(directory: Path, cfg, internal: list[str] | tuple[str, ...] = (),
-                   order: str | None = None) -> None:
+                   order: str | None = None, idle_exit_s: float = IDLE_EXIT_S) -> None:
     """What the directory's recorder records with, unless a producer said it first: the
-    configuration, roar-internal directories (never lineage) and, for a workflow run
-    recorded on several nodes, its run id (`order`: keep the nodes' events causal)."""
+    configuration, roar-internal directories (never lineage), for a workflow run
+    recorded on several nodes its run id (`order`: keep the nodes' events causal), and how
+    long it waits for a new producer once all are done."""
     from roar_core import config
 
     path = directory / SETTINGS
     if path.exists():
         return
     data = {"root": str(cfg.project_root), "config": config.values(cfg),
-            "internal": [os.fspath(p) for p in internal], "order": order}
+            "internal": [os.fspath(p) for p in internal], "order": order,
+            "idle_exit_s": idle_exit_s}
     tmp = directory / f".{SETTINGS}.{os.getpid()}.{threading.get_ident()}"
     tmp.write_text(json.dumps(data))
     try:
@@ -201,6 +203,7 @@ def main(argv: list[str]) -> int:
     status = os.open(directory / STATUS, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
     next_send = next_mark = 0.0
     total = 0
+    idle_exit_s = float(settings.get("idle_exit_s") or IDLE_EXIT_S)
     try:
         while True:
             tasklog.drain_fifo(wake)
@@ -225,7 +228,8 @@ def main(argv: list[str]) -> int:
                 select.select([wake], [], [], max(0.0, began + PASS_S - time.time()))
                 continue
             if not follower.pending() and not tasklog.log_paths(directory):
-                if ending.exists() or time.monotonic() - idle_since > IDLE_EXIT_S:
+                if (ending.exists() or time.monotonic() - idle_since > idle_exit_s
+                        or not directory.is_dir()):  # the session was removed
                     return 0
             else:
                 idle_since = time.monotonic()

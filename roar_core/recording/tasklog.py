@@ -36,6 +36,7 @@ import os
 import select
 import socket
 import stat
+import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -174,7 +175,8 @@ class TaskLog:
         self._failed = False
         self._read_at = 0
         self.results: dict[str, dict | None] = {}  # run id -> what the recorder said
-        head = {"v": VERSION, "pid": self.pid, "start": self.start,
+        # `mono`: the processes of its tasks start after it (their tracer logs are newer)
+        head = {"v": VERSION, "pid": self.pid, "start": self.start, "mono": time.monotonic_ns(),
                 "host": socket.gethostname(), "common": common or {}}
         if results:
             head["results"] = 1
@@ -349,6 +351,7 @@ class TaskLogFile:
     closed: bool = False
     close_waited: bool = False
     results: bool = False  # mark every task with its Result
+    mono: int | None = None  # CLOCK_MONOTONIC at its creation
     _offset: int = 0
 
     @property
@@ -369,7 +372,8 @@ class TaskLogFile:
         try:
             head = json.loads(first)
             j = cls(path, int(head["pid"]), int(head["start"]), str(head["host"]),
-                    common=dict(head.get("common") or {}), results=bool(head.get("results")))
+                    common=dict(head.get("common") or {}), results=bool(head.get("results")),
+                    mono=head.get("mono"))
         except (ValueError, KeyError, TypeError):
             log.warning("roar: %s is not a task log", path)
             return None

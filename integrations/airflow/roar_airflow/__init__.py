@@ -36,7 +36,7 @@ def shell_exports() -> str:
         msg = f"roar-core: the tracer cannot run here ({st.reason}); tasks will run untraced"
         return f"echo {q(msg)} >&2\n"
     cfg = config.load()
-    # The worker's session lives as long as the worker (its recorder service removes the
+    # The worker's session lives as long as the worker (its recorder removes the
     # logs of finished processes).
     session = new_session_dir(cfg, f"airflow-{socket.gethostname()}-{os.getpid()}",
                               in_memory=True)

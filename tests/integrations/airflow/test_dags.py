@@ -165,7 +165,7 @@ def test_roar_facets_and_mode(etl: EtlRun) -> None:
     if etl.mode == "subprocess":
         assert "runs in a traced subprocess" in log
     else:
-        assert "service); roar took" in log  # recorded by the session's recorder service
+        assert "recorder); roar took" in log  # recorded by the session's recorder process
     for ev in etl.events:
         if ev["eventType"] in ("COMPLETE", "FAIL") and ev["job"]["name"] not in (
                 DAG, f"{DAG}.stage"):  # stage is a plain @task

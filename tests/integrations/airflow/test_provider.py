@@ -117,7 +117,7 @@ def test_plugin_warms_only_a_traced_process(airflow_home: AirflowHome, tmp_path:
     runs with the tracer, so forked tasks inherit it; elsewhere it does nothing."""
     code = ("import sys; from airflow.plugins_manager import ensure_plugins_loaded as f; f(); "
             "from roar_airflow.plugins.roar import WARM; "
-            "print(WARM, 'roar_core.service' in sys.modules)")
+            "print(WARM, 'roar_core.recording.tasklog' in sys.modules)")
     plain = airflow_home.env(tmp_path)
     for env, expected in ((plain, "False False"), (preloaded(plain), "True True")):
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,

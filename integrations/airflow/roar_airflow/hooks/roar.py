@@ -5,14 +5,17 @@ Three ways a task can run, picked per task at execute time (`RoarHook.mode`):
 * boundary   -- the worker was started with the shim preloaded (`eval "$(roar-core env
   airflow)"` before `airflow scheduler` or `airflow celery worker`).  Airflow forks every task
   from that worker, so the shim is already in the task process: the task's boundaries are
-  marked through the shim's API and nothing else changes.  The task is recorded by the
-  session's recorder service (roar_core.service: one warm Roar for all the worker's task
-  processes), so the task process pays a socket round trip, not a cold start.
+  marked through the shim's API and nothing else changes.
 * subprocess -- no shim here: the work runs in a traced child process (the Python callable
   like `@task.external_python` does; a classic operator's own child processes, e.g. bash),
-  which logs into a session of the task's own; the host's recorder service records it.
+  which logs into a session of the task's own.
 * untraced   -- the tracer cannot work here (missing, refused by the loader): the task runs
   as usual and is recorded as untraced, with the reason.
+
+In every mode the task process appends the task's begin and end to its task log and waits
+for the session's recorder process (roar_core.recording: one warm recorder for all the
+worker's task processes) to answer with the lineage, which the provider needs before the
+task process exits: a FIFO wake-up, not a cold start.
 
 Identity follows the OpenLineage provider exactly (job `<dag_id>.<task_id>`, its run ids for
 task and DAG run), so what roar stores and what the provider emits name the same runs.
@@ -27,24 +30,27 @@ import os
 import socket
 import tempfile
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from roar_airflow.version_compat import BaseHook
 
 if TYPE_CHECKING:
-    from roar_core.api import Roar
     from roar_core.config import Config
     from roar_core.emission import RunRef
-    from roar_core.recorder import TaskMeta
-    from roar_core.service import Result, ServiceClient, Settings
+    from roar_core.recording.tasklog import Result, TaskLog
 
 ENGINE = "airflow"
 # Where _BasePythonVirtualenvOperator writes the script, arguments and result it hands to
 # its child (tempfile.TemporaryDirectory(prefix="venv-call")): plumbing, never lineage.
 SUBPROCESS_PLUMBING = "venv-call"
-SERVICE_START_S = 15.0  # how long the first task waits for the recorder service to listen
+# How long a task waits for its lineage: the first task of a worker waits for the recorder
+# to start (~1 s of imports).  Past it the task goes on without lineage in its events; the
+# recorder still records it.
+WAIT_S = 30.0
+RECORDER_IDLE_EXIT_S = 600.0  # a worker's recorder waits this long for its next task
 
 
 class Mode(str, enum.Enum):
@@ -81,24 +87,31 @@ class TaskRun:
 
     ident: TaskIdentity
     mode: Mode
+    directory: Path  # the session its task log is in (its recorder's)
     result: Result | None = None  # its recorded lineage, once ended
     session: Path | None = None  # the task's own session dir (subprocess mode)
     roar_seconds: float = 0.0  # time roar spent on the task's critical path
-    _meta: TaskMeta | None = field(default=None, repr=False)  # recorded in this process
-    _client: ServiceClient | None = field(default=None, repr=False)  # ... or by the service
+    recorded_by: str = "recorder"
 
     @property
     def run_id(self) -> str:
         return self.ident.run_id
 
-    @property
-    def recorded_by(self) -> str:
-        return "service" if self._client is not None else "in-process"
+
+@dataclass(frozen=True)
+class Settings:
+    """How the recorder records this worker's tasks: roar's configuration from `cwd` with
+    `overrides`, plus exclude globs and internal directories."""
+
+    cwd: str
+    overrides: dict[str, Any]
+    exclude: tuple[str, ...] = ()
+    internal: tuple[str, ...] = ()
 
 
 # Per process: Airflow forks a new task process from its worker for every task, and
-# `airflow dags test` runs all tasks in one process (kept warm there).
-_ROAR: tuple[int, Roar] | None = None
+# `airflow dags test` runs all tasks in one process.
+_TASKS: tuple[int, str, TaskLog] | None = None
 _SETTINGS: Settings | None = None
 _CONFIG: Config | None = None
 
@@ -129,30 +142,40 @@ class RoarHook(BaseHook):
     # ---- task boundaries -------------------------------------------------------------
 
     def begin(self, context: Any, mode: Mode, untraced_reason: str | None = None) -> TaskRun:
+        from roar_core import tracer
+        from roar_core.recording import recorder
+
         t0 = time.perf_counter()
-        ident = task_identity(context, _config().namespace)
-        run = TaskRun(ident, mode)
+        cfg = _config()
+        ident = task_identity(context, cfg.namespace)
         if mode is Mode.BOUNDARY:
-            from roar_core import tracer
-
-            run._client = self._service_begin(ident, os.environ[tracer.ENV_SESSION])
-            if run._client is None:
-                run._meta = self._local_begin(ident, traced=True)
-            tracer.loaded().begin(ident.run_id)
-        elif mode is Mode.SUBPROCESS:
-            from roar_core.session import new_session_dir
-
-            # The child writes its logs into a session of its own; the host's recorder
-            # service (no worker session here) records it from there.
-            cfg = _config()
-            run.session = new_session_dir(cfg, ident.run_id)
-            service_dir = cfg.sessions_dir / f"airflow-{socket.gethostname()}"
-            service_dir.mkdir(parents=True, exist_ok=True)
-            run._client = self._service_begin(ident, service_dir, task_session=run.session)
-            if run._client is None:
-                run._meta = self._local_begin(ident, traced=True)
+            directory = Path(os.environ[tracer.ENV_SESSION])
         else:
-            run._meta = self._local_begin(ident, traced=False, untraced_reason=untraced_reason)
+            # The host's session for tasks of workers started without the tracer.
+            directory = cfg.sessions_dir / f"airflow-{socket.gethostname()}"
+        run = TaskRun(ident, mode, directory)
+        tasks = _task_log(directory)
+        own = None
+        if mode is Mode.SUBPROCESS:
+            # The child writes its logs into a session of its own (read whole at its end).
+            run.session = directory / ident.run_id
+            run.session.mkdir()
+            own = ident.run_id
+        tasks.begun({
+            "run_id": ident.run_id, "engine": ENGINE, "namespace": ident.namespace,
+            "job_name": ident.job_name, "started_at": datetime.now(timezone.utc).isoformat(),
+            "engine_task_id": ident.engine_task_id, "attempt": ident.attempt,
+            "host": socket.gethostname(), "pid": os.getpid(),
+            "traced": mode is not Mode.UNTRACED, "untraced_reason": untraced_reason,
+            "workflow": ident.workflow, "secrets": list(ident.secrets),
+            "engine_version": {"name": ENGINE, "version": airflow_version()},
+        }, own_dir=own)
+        try:
+            recorder.ensure(directory)
+        except OSError as e:  # recorded at the task's end, in this process
+            self.log.warning("roar: cannot start the recorder process: %s", e)
+        if mode is Mode.BOUNDARY:
+            tracer.loaded().begin(ident.run_id)
         run.roar_seconds += time.perf_counter() - t0
         return run
 
@@ -165,106 +188,34 @@ class RoarHook(BaseHook):
         return tracer.preload_env(run.session, tag=run.run_id, base=base)
 
     def end(self, run: TaskRun, status: str, error: str | None = None) -> TaskRun:
-        """Close the task and record it (before the provider asks for its lineage)."""
+        """Close the task and wait for its lineage (the provider asks for it next)."""
+        from roar_core.recording import recorder
+        from roar_core.recording.tasklog import Result
+
         t0 = time.perf_counter()
         if run.mode is Mode.BOUNDARY:
             from roar_core import tracer
 
             tracer.loaded().end()
-        if run._client is not None:
-            from roar_core.service import Result, ServiceError
-
+        tasks = _task_log(run.directory)
+        fd = tasks.ended(run.run_id, status, error=error, wait=True)
+        recorded = tasks.wait_for(run.run_id, fd, WAIT_S)
+        if not recorded and not recorder.running(run.directory):
+            # No recorder could start: the last resort, recording here.
+            self.log.warning("roar: no recorder process for %s; recording in the task "
+                             "process", run.directory)
             try:
-                run.result = run._client.end(status, error)
-            except ServiceError as e:
-                run.result = Result.failed(status, str(e))
-            finally:
-                run._client.close()
-            if run.session is not None and not run.result.error:
-                from roar_core.session import remove_session_dir
-
-                remove_session_dir(run.session)
-        elif run._meta is not None:
-            run.result = self._local_end(run, status, error)
+                recorder.record_here(run.directory)
+            except Exception as e:
+                self.log.error("roar: cannot record here: %s: %s", type(e).__name__, e)
+            tasks.read_results()
+            run.recorded_by = "in-process"
+        found = tasks.results.get(run.run_id)
+        run.result = Result(found) if found is not None else Result.failed(
+            status, f"not recorded within {WAIT_S:.0f} s (the recorder records it later; "
+            "see recorder.log in the session)")
         run.roar_seconds += time.perf_counter() - t0
         return run
-
-    # ---- through the recorder service --------------------------------------------------
-
-    def _service_begin(self, ident: TaskIdentity, session: str | os.PathLike,
-                       task_session: Path | None = None) -> ServiceClient | None:
-        """Hand the task to the recorder service of `session` (started if need be).  Its
-        records: this process's tree in that session, or every log in `task_session`."""
-        from roar_core import tracelog, tracer
-        from roar_core.service import ServiceClient, TaskSpec, spawn
-
-        st = settings()
-        client = ServiceClient.connect(session, st)
-        if client is None:
-            spawn(session, st)
-            deadline = time.monotonic() + SERVICE_START_S
-            while client is None and time.monotonic() < deadline:
-                time.sleep(0.05)
-                client = ServiceClient.connect(session, st)
-            if client is None:
-                self.log.warning("roar: the recorder service did not start (see %s); "
-                                 "recording in the task process", Path(session) / "recorder.log")
-                return None
-        shim = tracer.loaded()
-        own_log, offset, dropped = (
-            shim.log_path() if shim and task_session is None else None), 0, 0
-        if own_log is not None:
-            try:
-                head = tracelog.read_header(own_log)
-                offset, dropped = head.reserved, head.dropped
-            except tracelog.TraceLogError:
-                own_log = None
-        client.begin(TaskSpec(
-            job_name=ident.job_name, engine=ENGINE, run_id=ident.run_id, pid=os.getpid(),
-            began_mono_ns=time.monotonic_ns(), workflow=ident.workflow,
-            engine_task_id=ident.engine_task_id, attempt=ident.attempt,
-            engine_version={"name": "airflow", "version": airflow_version()},
-            own_log=os.fspath(own_log) if own_log else None, own_log_offset=offset,
-            own_log_dropped=dropped, secrets=list(ident.secrets),
-            session=os.fspath(task_session) if task_session else None))
-        return client
-
-    # ---- in this process (subprocess and untraced modes; fallback) --------------------
-
-    def _local_begin(self, ident: TaskIdentity, traced: bool,
-                     untraced_reason: str | None = None) -> TaskMeta:
-        from roar_core.emission import Engine
-        from roar_core.service import ensure_workflow
-
-        roar = _roar()
-        workflow = ident.workflow_ref()
-        ensure_workflow(roar, workflow, ENGINE)
-        return roar.begin_task(
-            ident.job_name, ENGINE, workflow=workflow, engine_task_id=ident.engine_task_id,
-            attempt=ident.attempt, run_id=ident.run_id, traced=traced,
-            untraced_reason=untraced_reason, engine_version=Engine("airflow", airflow_version()),
-            secrets=ident.secrets,
-        )
-
-    def _local_end(self, run: TaskRun, status: str, error: str | None) -> Result:
-        from roar_core import tracer
-        from roar_core.service import result_of
-        from roar_core.session import SessionCollector, remove_session_dir
-
-        roar = _roar()
-        source = None
-        if run.session is not None:
-            source = roar.collector_source(SessionCollector(run.session))
-        elif run.mode is Mode.BOUNDARY:  # the service did not start
-            session = Path(os.environ[tracer.ENV_SESSION])
-            source = roar.collector_source(SessionCollector(session, root_pid=os.getpid()))
-        job = roar.end_task(run._meta, status, error=error, source=source, wait=True)
-        if run.session is not None and job.error is None:
-            remove_session_dir(run.session)
-        if roar.spool is not None:
-            # Task processes leave with os._exit: send now what roar emits itself.
-            roar.spool.flush(timeout=10.0)
-        return result_of(job, status)
 
 
 # ---- configuration, identity, internals (plain functions) -----------------------------
@@ -280,13 +231,11 @@ def provider_emits() -> bool:
 
 
 def settings() -> Settings:
-    """The Roar this worker's tasks record with: roar's own configuration, except that when
+    """How this worker's tasks are recorded: roar's own configuration, except that when
     the provider sends the events roar only stores, under the provider's namespace; and
     Airflow's own files excluded."""
     global _SETTINGS
     if _SETTINGS is None:
-        from roar_core.service import Settings
-
         overrides: dict[str, Any] = {}
         if provider_emits():
             from airflow.providers.openlineage import conf as ol_conf
@@ -298,7 +247,7 @@ def settings() -> Settings:
 
 
 def _config() -> Config:
-    """roar's configuration for this worker's tasks (what the recorder service uses too)."""
+    """roar's configuration for this worker's tasks (what its recorder records with)."""
     global _CONFIG
     if _CONFIG is None:
         from roar_core import config
@@ -309,13 +258,18 @@ def _config() -> Config:
     return _CONFIG
 
 
-def _roar() -> Roar:
-    global _ROAR
-    if _ROAR is None or _ROAR[0] != os.getpid():
-        from roar_core.api import Roar
+def _task_log(directory: Path) -> TaskLog:
+    """This process's task log in `directory` (a forked task process makes its own)."""
+    global _TASKS
+    if _TASKS is None or _TASKS[0] != os.getpid() or _TASKS[1] != str(directory):
+        from roar_core.recording import recorder
+        from roar_core.recording.tasklog import TaskLog
 
-        _ROAR = (os.getpid(), Roar(_config(), internal=settings().internal))
-    return _ROAR[1]
+        directory.mkdir(parents=True, exist_ok=True)
+        recorder.write_settings(directory, _config(), settings().internal,
+                                idle_exit_s=RECORDER_IDLE_EXIT_S)
+        _TASKS = (os.getpid(), str(directory), TaskLog(directory))
+    return _TASKS[2]
 
 
 def _dag_run_id(dag_id: str, dag_run: Any) -> str:

@@ -1,7 +1,7 @@
 """Ends a DAG run's workflow run in roar's store when Airflow ends the DAG run.
 
-Its first @task.roar task made the row (roar_core.service.ensure_workflow); nothing else
-would close it.  Airflow calls these hooks in the process that ends the DAG run (the
+The recorder made the row with the first @task.roar task of the run; nothing else would
+close it.  Airflow calls these hooks in the process that ends the DAG run (the
 scheduler, or `airflow dags test`); DAG runs that ran no @task.roar task have no row and
 are left alone.  A failure here is logged, never raised into Airflow.
 """

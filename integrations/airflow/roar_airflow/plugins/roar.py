@@ -30,7 +30,8 @@ def warm() -> bool:
             return False
         import roar_core.emission  # noqa: F401  (the provider's listener asks for lineage)
         import roar_core.ids  # noqa: F401
-        import roar_core.service  # noqa: F401
+        import roar_core.recording.recorder  # noqa: F401
+        import roar_core.recording.tasklog  # noqa: F401
         import roar_core.tracelog  # noqa: F401
         from roar_airflow.decorators import roar  # noqa: F401  (operators, hook)
         from roar_airflow.hooks.roar import _config, settings
