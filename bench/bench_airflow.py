@@ -14,7 +14,7 @@ Reported per mode, over --runs DAG runs each (interleaved per scheduler): DAG ru
 mean task-instance duration as Airflow measures it (fork to exit: every cost roar adds to a
 task is inside it), its difference to `untraced`, and -- traced modes -- the time roar itself
 spent on each task's critical path ("roar took", from the task logs: begin + end including
-the recorder service round trip) and building the OpenLineage lineage for the provider.
+the wait for the recorder process) and building the OpenLineage lineage for the provider.
 
     python bench/bench_airflow.py [--runs 3] [--json bench/results/airflow.json]
 """

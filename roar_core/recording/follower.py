@@ -188,7 +188,13 @@ class Follower:
 
     def _pass(self, followed: list[_Followed]) -> int:
         ready: list[tuple[_Followed, Entry, TaskOutcome]] = []
-        for path in log_paths(self.directory):
+        paths = log_paths(self.directory)
+        if len(paths) < len(self._files):  # removed by someone else: nothing to follow
+            listed = set(paths)
+            for gone in [f for p, f in self._files.items() if p not in listed]:
+                gone.close()
+                del self._files[gone.tasklog.path]
+        for path in paths:
             if path in self._foreign:
                 continue
             f = self._files.get(path)

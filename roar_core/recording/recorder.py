@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from roar_core.recording import tasklog
-from roar_core.session import lock_held, yield_cpu
+from roar_core.session import lock_held, short_slice, yield_cpu
 
 LOCK = "recorder.lock"
 SETTINGS = "recorder.json"
@@ -54,11 +54,13 @@ def running(directory: Path) -> bool:
 
 
 def write_settings(directory: Path, cfg, internal: list[str] | tuple[str, ...] = (),
-                   order: str | None = None, idle_exit_s: float = IDLE_EXIT_S) -> None:
+                   order: str | None = None, idle_exit_s: float = IDLE_EXIT_S,
+                   waited: bool = False) -> None:
     """What the directory's recorder records with, unless a producer said it first: the
     configuration, roar-internal directories (never lineage), for a workflow run
-    recorded on several nodes its run id (`order`: keep the nodes' events causal), and how
-    long it waits for a new producer once all are done."""
+    recorded on several nodes its run id (`order`: keep the nodes' events causal), how
+    long it waits for a new producer once all are done, and whether producers wait for
+    it (`waited`: it runs at their priority, not below it)."""
     from roar_core import config
 
     path = directory / SETTINGS
@@ -66,7 +68,7 @@ def write_settings(directory: Path, cfg, internal: list[str] | tuple[str, ...] =
         return
     data = {"root": str(cfg.project_root), "config": config.values(cfg),
             "internal": [os.fspath(p) for p in internal], "order": order,
-            "idle_exit_s": idle_exit_s}
+            "idle_exit_s": idle_exit_s, "waited": waited}
     tmp = directory / f".{SETTINGS}.{os.getpid()}.{threading.get_ident()}"
     tmp.write_text(json.dumps(data))
     try:
@@ -178,14 +180,17 @@ def main(argv: list[str]) -> int:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         return 0  # another one follows this directory
-    yield_cpu()
+    settings = read_settings(directory)
+    if settings.get("waited"):
+        short_slice()  # a task process waits for each answer
+    else:
+        yield_cpu()  # the tasks come first; who needs the lineage waits for it to catch up
     import logging
 
     from roar_core.recorder import freeze_heap
     from roar_core.recording.follower import CausalOrder, Follower
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
-    settings = read_settings(directory)
     # It sends the events itself, between passes (Spool.send_some): no sender thread.
     roar = open_roar(directory, settings)
     ending = directory / ENDING
@@ -227,9 +232,10 @@ def main(argv: list[str]) -> int:
                 # paid per task.
                 select.select([wake], [], [], max(0.0, began + PASS_S - time.time()))
                 continue
+            if not directory.is_dir():
+                return 0  # the session was removed: nothing of it is left to record
             if not follower.pending() and not tasklog.log_paths(directory):
-                if (ending.exists() or time.monotonic() - idle_since > idle_exit_s
-                        or not directory.is_dir()):  # the session was removed
+                if ending.exists() or time.monotonic() - idle_since > idle_exit_s:
                     return 0
             else:
                 idle_since = time.monotonic()

@@ -97,7 +97,8 @@ def meta_from_json(d: dict) -> TaskMeta:
 
     wf, eng, decl = d.get("workflow"), d.get("engine_version"), d.get("declared")
     return TaskMeta(
-        **{f: d.get(f) for f in _META_FIELDS},
+        # A field a producer left out (or null) takes TaskMeta's default.
+        **{f: d[f] for f in _META_FIELDS if d.get(f) is not None},
         started_at=datetime.fromisoformat(d["started_at"]),
         workflow=emission.RunRef(**wf) if wf else None,
         engine_version=emission.Engine(**eng) if eng else None,

@@ -267,7 +267,7 @@ def _task_log(directory: Path) -> TaskLog:
 
         directory.mkdir(parents=True, exist_ok=True)
         recorder.write_settings(directory, _config(), settings().internal,
-                                idle_exit_s=RECORDER_IDLE_EXIT_S)
+                                idle_exit_s=RECORDER_IDLE_EXIT_S, waited=True)
         _TASKS = (os.getpid(), str(directory), TaskLog(directory))
     return _TASKS[2]
 

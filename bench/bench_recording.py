@@ -1,0 +1,183 @@
+"""Recording: what one small task costs the recorder (CPU) and a producer that waits for it.
+
+A worker process with the tracer preloaded (as an Airflow LocalExecutor worker after `eval
+"$(roar-core env airflow)"`) forks task processes, --parallel at a time; each does what a
+producer that needs the answer does (roar_airflow's RoarHook in boundary mode): append the
+task's begin to its task log, tag itself through the shim, read one file an earlier task
+wrote and write one (2 files), untag, append the end and wait for the session's recorder
+process to mark it recorded.  The recorder stores (SQLite) and, with --emit, spools the
+events to a file transport.  Everything lives in a temporary ROAR_HOME.
+
+    python bench/bench_recording.py [--tasks 200] [--parallel 1] [--warmup 20] [--emit]
+                                    [--no-wait]
+
+Prints the producer's time on the task path (begin + end + wait; median, p95) and the
+recorder's CPU per task over the measured tasks (its /proc utime + stime before and after),
+the figure issue 21 bounds at 1 ms.  --no-wait: producers do not wait (as Ray workers and
+Snakemake do); the recorder's CPU per task is then measured once it has caught up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+WORKER = textwrap.dedent('''
+    import json, os, sys, time
+    from datetime import datetime, timezone
+    from roar_core import tracer
+    from roar_core.recording import recorder
+    from roar_core.recording.tasklog import TaskLog
+    session, data, tasks, parallel, wait = (sys.argv[1], sys.argv[2], int(sys.argv[3]),
+                                            int(sys.argv[4]), sys.argv[5] == "1")
+    shim = tracer.loaded()
+    assert shim is not None, "the tracer is not preloaded"
+
+    def task(n):
+        t0 = time.perf_counter()
+        log = TaskLog(session)
+        run_id = f"0190a000-0000-7000-8000-{n:012d}"
+        log.begun({"run_id": run_id, "engine": "bench", "namespace": "bench",
+                   "job_name": "bench.task", "started_at": datetime.now(timezone.utc).isoformat(),
+                   "host": os.uname().nodename, "pid": os.getpid(), "traced": True})
+        recorder.ensure(Path(session))
+        shim.begin(run_id)
+        t1 = time.perf_counter()
+        src = os.path.join(data, f"{max(0, n - 1)}.txt")
+        with open(src) as f:
+            text = f.read()
+        with open(os.path.join(data, f"{n}.txt"), "w") as f:
+            f.write(text[:64] + str(n) + "\\n")
+        t2 = time.perf_counter()
+        shim.end()
+        fd = log.ended(run_id, "COMPLETE", wait=wait)
+        ok = log.wait_for(run_id, fd, 60) if wait else True
+        t3 = time.perf_counter()
+        return {"roar_ms": 1e3 * ((t1 - t0) + (t3 - t2)), "ok": ok}
+
+    from pathlib import Path
+    print("ready", flush=True)
+    for line in sys.stdin:
+        first, count = map(int, line.split())
+        results, running = [], {}
+        n = first
+        while n < first + count or running:
+            while n < first + count and len(running) < parallel:
+                r, w = os.pipe()
+                pid = os.fork()
+                if pid == 0:
+                    os.close(r)
+                    out = json.dumps(task(n)).encode()
+                    os.write(w, out)
+                    os._exit(0)
+                os.close(w)
+                running[pid] = r
+                n += 1
+            pid, _ = os.wait()
+            r = running.pop(pid)
+            results.append(json.loads(os.read(r, 65536)))
+            os.close(r)
+        print(json.dumps(results), flush=True)
+''')
+
+
+def _cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _recorder_pid(session: Path) -> int:
+    needle = str(session).encode()
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"roar_core.recording.recorder" in argv and needle in argv:
+            return int(pid)
+    raise SystemExit("no recorder process (see recorder.log in the session)")
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
+
+
+def main() -> None:
+    import json
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tasks", type=int, default=200)
+    ap.add_argument("--parallel", type=int, default=1)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--emit", action="store_true", help="spool events (file transport)")
+    ap.add_argument("--no-wait", action="store_true")
+    args = ap.parse_args()
+
+    from roar_core import config, tracer
+    from roar_core.recording import recorder, tasklog
+
+    root = Path(tempfile.mkdtemp(prefix="roar-bench-rec-"))
+    session, data = root / "session", root / "data"
+    session.mkdir()
+    data.mkdir()
+    (data / "0.txt").write_text("seed\n" * 10)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENLINEAGE", "ROAR_"))}
+    cfg = config.load(cwd=root, env={}, home=str(root / "home"), emit=args.emit)
+    recorder.write_settings(session, cfg, waited=not args.no_wait, idle_exit_s=60)
+    worker = subprocess.Popen(
+        [sys.executable, "-c", WORKER, str(session), str(data), "0", str(args.parallel),
+         "0" if args.no_wait else "1"],
+        env=tracer.preload_env(session, base=env), stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, text=True, cwd=root)
+    assert worker.stdout.readline() == "ready\n"
+
+    def run(first: int, count: int) -> list[dict]:
+        worker.stdin.write(f"{first} {count}\n")
+        worker.stdin.flush()
+        return json.loads(worker.stdout.readline())
+
+    def caught_up() -> None:  # every task recorded (no-wait mode)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            logs = [tasklog.TaskLogFile.open(p) for p in tasklog.log_paths(session)]
+            if not any(j is not None and j.unrecorded() for j in logs):
+                return
+            time.sleep(0.02)
+
+    run(1, args.warmup)
+    caught_up()
+    pid = _recorder_pid(session)
+    cpu0 = _cpu_s(pid)
+    results = run(1 + args.warmup, args.tasks)
+    caught_up()
+    cpu = _cpu_s(pid) - cpu0
+    worker.stdin.close()
+    worker.wait()
+    lost = sum(not r["ok"] for r in results)
+    times = [r["roar_ms"] for r in results]
+    print(f"{args.tasks} tasks of 2 files, {args.parallel} at a time, "
+          f"{'waiting' if not args.no_wait else 'not waiting'}, "
+          f"events {'spooled' if args.emit else 'off'}")
+    print(f"producer's time on the task path: median {statistics.median(times):.2f} ms, "
+          f"p95 {_pct(times, 0.95):.2f} ms, max {max(times):.2f} ms"
+          + (f"; {lost} not answered" if lost else ""))
+    print(f"recorder CPU per task: {1e3 * cpu / args.tasks:.2f} ms "
+          f"({cpu:.2f} s for {args.tasks}; clock tick {1e3 / os.sysconf('SC_CLK_TCK'):.0f} ms)")
+    if not os.environ.get("BENCH_KEEP"):
+        subprocess.run(["rm", "-rf", str(root)], check=False)
+    else:
+        print(root)
+
+
+if __name__ == "__main__":
+    main()
