@@ -232,6 +232,8 @@ class Follower:
             ordered = self._hold(ordered)
         tasks = []
         for f, entry, outcome in ordered:
+            if self._recorded_before(f, entry):
+                continue
             try:
                 self._ensure_workflow(entry.meta)
             except Exception as e:  # its task is recorded anyway (the store says why not)
@@ -253,6 +255,26 @@ class Follower:
                     self._recorded(f, entry, r)
                 return len(recorded)
         return sum(self._record(f, entry, task) is not None for f, entry, task in tasks)
+
+    def _recorded_before(self, f: _Followed, entry: Entry) -> bool:
+        """Was the task recorded by a recorder that died before marking it?  Only a task
+        the log held when this follower first read it can have been: the lock kept any
+        other recorder out since.  Its events were spooled with its commit (a kill keeps
+        what was written), so it is only marked."""
+        if entry.meta.run_id not in f.inherited:
+            return False
+        f.inherited.discard(entry.meta.run_id)
+        stored = self.roar.store.task_run(entry.meta.run_id)
+        if stored is None or stored.status == "RUNNING":
+            return False
+        entry.started = True
+        self._recorded(f, entry, None)
+        mark = f._marks[-1]
+        if "res" in mark:  # what this recorder can say without the predecessor's answer
+            mark["res"] = {"ok": True, "status": stored.status, "error": None,
+                           "inputs": [], "outputs": [],
+                           "note": "recorded by an earlier recorder"}
+        return True
 
     def _hold(self, ordered: list[tuple[_Followed, Entry, TaskOutcome]]) -> list[
             tuple[_Followed, Entry, TaskOutcome]]:
@@ -473,6 +495,9 @@ class _Followed:
         from roar_core.session import SessionCollector
 
         self.tasklog = tasklog
+        # Tasks not marked recorded when first read: a recorder that died may have stored
+        # them without marking them.
+        self.inherited = {run_id for run_id, e in tasklog.entries.items() if not e.recorded}
         # Only its process's tree, and only processes started after the log was (a worker's
         # session holds a log for every process it ever forked).
         self.collector = SessionCollector(directory, root_pid=tasklog.pid,

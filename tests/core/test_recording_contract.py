@@ -1,0 +1,276 @@
+"""The one recording path's contract, whatever the engine: each task a producer logs is
+recorded exactly once, with the lineage its tracer logs hold, through the failures users
+meet -- a producer killed mid-task, a recorder killed between its store commit and its marks,
+an engine that exits without closing its log, no recorder at all, a wait that times out.
+
+The producer here is a plain traced Python process driven over stdin (each engine's adapter
+does the same few calls); the recorder is the real one (`python -m
+roar_core.recording.recorder`).  Truth is checked against the files' bytes (blake3) and the
+events the file transport received, not against roar's own log."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import blake3
+import pytest
+
+from roar_core import config, tracer
+from roar_core.api import Roar
+from roar_core.recording import recorder
+from roar_core.recording.follower import Follower
+from roar_core.recording.tasklog import log_paths
+from tests.olschema import validate_event
+
+pytestmark = pytest.mark.skipif(not tracer.status().usable, reason=tracer.status().reason)
+
+PRODUCER = textwrap.dedent('''
+    import json, os, sys
+    from datetime import datetime, timezone
+    from roar_core import tracer
+    from roar_core.recording.tasklog import TaskLog
+    shim = tracer.loaded()
+    log = TaskLog(os.environ["ROAR_SESSION_DIR"])
+    print("ready", flush=True)
+    for line in sys.stdin:
+        op, *args = line.split()
+        if op == "begin":
+            log.begun({"run_id": args[0], "engine": "test", "namespace": "contract",
+                       "job_name": f"w.{args[1]}", "host": os.uname().nodename,
+                       "pid": os.getpid(),
+                       "started_at": datetime.now(timezone.utc).isoformat()})
+            shim.begin(args[0])
+        elif op == "copy":
+            with open(args[0], "rb") as f, open(args[1], "wb") as g:
+                g.write(f.read() + args[2].encode())
+        elif op == "end":
+            shim.end()
+            fd = log.ended(args[0], "COMPLETE", wait=len(args) > 1)
+            if len(args) > 1:
+                ok = log.wait_for(args[0], fd, float(args[1]))
+                print(json.dumps({"ok": ok, "result": log.results.get(args[0])}), flush=True)
+                continue
+        elif op == "results":
+            log.read_results()
+            print(json.dumps(log.results), flush=True)
+            continue
+        elif op == "exit":
+            sys.exit(0)
+        print("done", flush=True)
+''')
+
+
+def run_id(n: int) -> str:
+    return f"0190b000-0000-7000-8000-{n:012d}"
+
+
+def digest(data: bytes) -> str:
+    return blake3.blake3(data).hexdigest()
+
+
+@pytest.fixture
+def cfg(tmp_path, monkeypatch):
+    for k in list(os.environ):
+        if k.startswith("OPENLINEAGE"):
+            monkeypatch.delenv(k)
+    return config.load(cwd=tmp_path, env={}, home=str(tmp_path / "home"))
+
+
+@pytest.fixture
+def session(tmp_path, cfg):
+    d = tmp_path / "session"
+    d.mkdir()
+    recorder.write_settings(d, cfg, idle_exit_s=1.0)
+    yield d
+    # The recorder leaves once its session is gone.
+    import shutil
+
+    shutil.rmtree(d, ignore_errors=True)
+
+
+class Producer:
+    def __init__(self, session: Path, cwd: Path):
+        env = tracer.preload_env(session, base={k: v for k, v in os.environ.items()
+                                                if not k.startswith("ROAR_")})
+        self.proc = subprocess.Popen([sys.executable, "-c", PRODUCER], env=env, cwd=cwd,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout.readline() == "ready\n"
+
+    def do(self, line: str) -> str:
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        return self.proc.stdout.readline()
+
+    def task(self, n: int, src: Path, dst: Path, extra: str) -> None:
+        self.do(f"begin {run_id(n)} t{n}")
+        self.do(f"copy {src} {dst} {extra}")
+        self.do(f"end {run_id(n)}")
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def wait_recorded(session: Path, timeout: float = 60) -> None:
+    """Until the recorder has recorded and removed every task log (its producers gone)."""
+    recorder.ensure(session)
+    deadline = time.monotonic() + timeout
+    while log_paths(session):
+        assert time.monotonic() < deadline, "the recorder did not record everything"
+        time.sleep(0.05)
+    recorder.wait_gone(session, time.monotonic() + timeout, exited=True)
+
+
+def runs(cfg) -> dict[str, tuple[str, dict[str, str]]]:
+    """Stored runs: run id -> (status, output name -> digest)."""
+    roar = Roar(cfg, send=False)
+    try:
+        return {r.run_id: (r.status, {a.uri: a.digest for a in roar.store.accesses_of(r.run_id)
+                                      if a.role == "output"})
+                for r in roar.store.task_runs(limit=100)}
+    finally:
+        roar.close(timeout=0)
+
+
+def terminal_events(cfg) -> dict[str, list[str]]:
+    """run id -> its terminal event types, as delivered to the file transport."""
+    path = cfg.home / "openlineage" / "events.jsonl"
+    out: dict[str, list[str]] = {}
+    for line in path.read_text().splitlines() if path.exists() else []:
+        e = json.loads(line)
+        validate_event(e)
+        if e["eventType"] != "START":
+            out.setdefault(e["run"]["runId"], []).append(e["eventType"])
+    return out
+
+
+def test_a_killed_producers_open_task_is_abort_with_what_it_wrote(tmp_path, cfg, session):
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"input\n")
+    p = Producer(session, tmp_path)
+    p.task(1, src, tmp_path / "a.txt", "one")
+    p.do(f"begin {run_id(2)} t2")
+    p.do(f"copy {src} {tmp_path / 'b.txt'} two")
+    p.kill()  # mid-task: no end line, no exit handlers
+    wait_recorded(session)
+
+    stored = runs(cfg)
+    assert set(stored) == {run_id(1), run_id(2)}
+    assert stored[run_id(1)][0] == "COMPLETE"
+    assert stored[run_id(2)][0] == "ABORT"
+    (a,) = [d for n, d in stored[run_id(1)][1].items() if n.endswith("/a.txt")]
+    (b,) = [d for n, d in stored[run_id(2)][1].items() if n.endswith("/b.txt")]
+    assert a.removeprefix("blake3:") == digest(b"input\none")
+    assert b.removeprefix("blake3:") == digest(b"input\ntwo")
+    assert terminal_events(cfg) == {run_id(1): ["COMPLETE"], run_id(2): ["ABORT"]}
+
+
+def test_an_engine_that_exits_without_closing_is_recorded(tmp_path, cfg, session):
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"x\n")
+    p = Producer(session, tmp_path)
+    p.task(1, src, tmp_path / "a.txt", "a")
+    p.do(f"begin {run_id(2)} t2")
+    p.proc.stdin.write("exit\n")
+    p.proc.stdin.close()
+    assert p.proc.wait() == 0
+    wait_recorded(session)
+    stored = runs(cfg)
+    assert {k: v[0] for k, v in stored.items()} == {run_id(1): "COMPLETE",
+                                                     run_id(2): "ABORT"}
+    assert terminal_events(cfg) == {run_id(1): ["COMPLETE"], run_id(2): ["ABORT"]}
+
+
+def test_a_recorder_killed_before_its_marks_is_resumed_without_recording_twice(
+        tmp_path, cfg, session):
+    """The first recorder stores and spools the tasks, then dies before it marks them in
+    the log (its marks wait for the spool's sync); the next one finds them stored."""
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"y\n")
+    p = Producer(session, tmp_path)
+    for n in (1, 2, 3):
+        p.task(n, src, tmp_path / f"{n}.txt", str(n))
+
+    first = Roar(cfg, send=False)
+    dying = Follower(first, session, sync_every=3600)  # its marks are never flushed
+    assert dying.poll() == 3
+    assert not any('"r"' in line for line in log_paths(session)[0].read_text().splitlines())
+    first.spool._writer.sync_deferred()  # what a SIGKILL leaves: written, not marked
+    first.store.close()
+
+    p.task(4, src, tmp_path / "4.txt", "4")
+    p.kill()
+    wait_recorded(session)  # the real recorder resumes
+
+    stored = runs(cfg)
+    assert {k: v[0] for k, v in stored.items()} == {run_id(n): "COMPLETE" for n in (1, 2, 3, 4)}
+    for n in (1, 2, 3, 4):
+        (d,) = stored[run_id(n)][1].values()
+        assert d.removeprefix("blake3:") == digest(b"y\n" + str(n).encode())
+    roar = Roar(cfg, send=False)
+    roar.spool.flush(30)
+    roar.close(timeout=0)
+    assert terminal_events(cfg) == {run_id(n): ["COMPLETE"] for n in (1, 2, 3, 4)}
+
+
+def test_with_no_recorder_the_producer_records_here(tmp_path, cfg, session):
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"z\n")
+    p = Producer(session, tmp_path)
+    p.task(1, src, tmp_path / "a.txt", "a")
+    p.kill()
+    # Nothing started a recorder (say it cannot start): the last resort, in this process.
+    assert not recorder.running(session)
+    assert recorder.record_here(session) == 1
+    assert recorder.record_here(session) == 0  # once
+    stored = runs(cfg)
+    assert list(stored) == [run_id(1)]
+    roar = Roar(cfg, send=False)
+    roar.spool.flush(30)
+    roar.close(timeout=0)
+    assert terminal_events(cfg) == {run_id(1): ["COMPLETE"]}
+
+
+def test_a_wait_that_times_out_leaves_the_task_to_the_recorder(tmp_path, cfg, session):
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"w\n")
+    p = Producer(session, tmp_path)
+    p.do(f"begin {run_id(1)} t1")
+    p.do(f"copy {src} {tmp_path / 'a.txt'} a")
+    answer = json.loads(p.do(f"end {run_id(1)} 0.2"))  # no recorder is running
+    assert answer == {"ok": False, "result": None}
+    recorder.ensure(session)
+    deadline = time.monotonic() + 60
+    while not (results := json.loads(p.do("results"))).get(run_id(1)):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert results[run_id(1)]["ok"] and results[run_id(1)]["status"] == "COMPLETE"
+    (out,) = results[run_id(1)]["outputs"]
+    assert out["digest"] == digest(b"w\na")
+    p.kill()
+    wait_recorded(session)
+    assert list(runs(cfg)) == [run_id(1)]
+
+
+def test_a_waiting_producer_gets_its_tasks_lineage(tmp_path, cfg, session):
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"v\n")
+    recorder.ensure(session)
+    p = Producer(session, tmp_path)
+    p.do(f"begin {run_id(1)} t1")
+    p.do(f"copy {src} {tmp_path / 'a.txt'} a")
+    answer = json.loads(p.do(f"end {run_id(1)} 60"))
+    assert answer["ok"]
+    r = answer["result"]
+    assert [i["digest"] for i in r["inputs"]] == [digest(b"v\n")]
+    assert [o["digest"] for o in r["outputs"]] == [digest(b"v\na")]
+    p.proc.send_signal(signal.SIGTERM)
+    p.proc.wait()
+    wait_recorded(session)
