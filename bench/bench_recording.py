@@ -11,6 +11,9 @@ events to a file transport.  Everything lives in a temporary ROAR_HOME.
     python bench/bench_recording.py [--tasks 200] [--parallel 1] [--warmup 20] [--emit]
                                     [--no-wait]
 
+--parallel 0: the tasks run one after the other in the worker itself, one task log for all
+(as in a Ray worker); otherwise each in a forked process with a log of its own (Airflow).
+
 Prints the producer's time on the task path (begin + end + wait; median, p95) and the
 recorder's CPU per task over the measured tasks (its /proc utime + stime before and after),
 the figure issue 21 bounds at 1 ms.  --no-wait: producers do not wait (as Ray workers and
@@ -40,9 +43,16 @@ WORKER = textwrap.dedent('''
     shim = tracer.loaded()
     assert shim is not None, "the tracer is not preloaded"
 
+    shared = None
+
     def task(n):
+        global shared
         t0 = time.perf_counter()
-        log = TaskLog(session)
+        if parallel == 0:  # one long-lived producer, as a Ray worker
+            shared = shared or TaskLog(session)
+            log = shared
+        else:
+            log = TaskLog(session)
         run_id = f"0190a000-0000-7000-8000-{n:012d}"
         log.begun({"run_id": run_id, "engine": "bench", "namespace": "bench",
                    "job_name": "bench.task", "started_at": datetime.now(timezone.utc).isoformat(),
@@ -67,6 +77,9 @@ WORKER = textwrap.dedent('''
     for line in sys.stdin:
         first, count = map(int, line.split())
         results, running = [], {}
+        if parallel == 0:
+            print(json.dumps([task(n) for n in range(first, first + count)]), flush=True)
+            continue
         n = first
         while n < first + count or running:
             while n < first + count and len(running) < parallel:

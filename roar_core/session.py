@@ -260,17 +260,21 @@ class SessionCollector:
     up to their last committed record; the rest is picked up by the next collect()."""
 
     def __init__(self, directory: Path, root_pid: int | None = None,
-                 since_mono_ns: int | None = None):
+                 since_mono_ns: int | None = None,
+                 headers: dict[Path, tracelog.LogHeader] | None = None):
         """`root_pid`: read only the logs of that process and its descendants (a worker
         sharing the directory with other workers reads its own tree, not theirs).
         `since_mono_ns` (CLOCK_MONOTONIC, with root_pid): the tree's processes started after
         that moment, so older logs other than root_pid's own are skipped by name, unopened
-        (a long-lived session holds a log for every task process ever forked)."""
+        (a long-lived session holds a log for every task process ever forked).
+        `headers`: logs' headers already read, shared by the collectors of one directory
+        (each would otherwise read every other live process's header once)."""
         self.directory = Path(directory)
         self._tree: set[int] | None = None if root_pid is None else {root_pid}
         self._root_pid = root_pid
         self._since = since_mono_ns
         self._others: dict[Path, tracelog.LogHeader] = {}  # logs outside the tree so far
+        self._known = {} if headers is None else headers
         self._mine: set[Path] = set()
         self._offsets: dict[Path, int] = {}
         self._headers: dict[Path, tracelog.LogHeader] = {}
@@ -332,10 +336,13 @@ class SessionCollector:
         assert tree is not None
         for path in paths:
             if path not in self._mine and path not in self._others:
-                try:
-                    self._others[path] = tracelog.read_header(path)
-                except tracelog.TraceLogError:
-                    continue  # being created: its header is not written yet
+                head = self._known.get(path)
+                if head is None:
+                    try:
+                        head = self._known[path] = tracelog.read_header(path)
+                    except tracelog.TraceLogError:
+                        continue  # being created: its header is not written yet
+                self._others[path] = head
         grew = True
         while grew:
             grew = False

@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 _OPEN_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
+RETRY_S = 5.0  # a task that could not be recorded is tried again after this, doubling
+RETRY_MAX_S = 300.0
 
 
 def _died(j: TaskLogFile, entry: Entry, lifetime_status: str) -> TaskOutcome:
@@ -151,6 +153,11 @@ class Follower:
         self._unsynced: dict[Path, _Followed] = {}
         self._urgent = False  # a producer waits for a task of this window
         self._workflow_rows: set[str] = set()  # workflow runs known to be in the store
+        self._headers: dict = {}  # tracer logs' headers, read once for all collectors
+        # Logs made after this moment were never seen by a recorder before us (it held the
+        # directory's lock until it died, and we hold it now).
+        self._born_mono = time.monotonic_ns()
+        self._unopened = 0  # logs listed whose header was not complete yet
 
     def poll(self) -> int:
         """One pass; returns how many tasks it recorded (lineage, not STARTs).  Everything
@@ -181,6 +188,10 @@ class Follower:
         unsynced, self._unsynced = list(self._unsynced.values()), {}
         self._urgent = False
         for f in unsynced:
+            # All it left is recorded: the log can go (one a task failed in stays, for the
+            # next attempt, by us or by the next recorder).
+            f.done = f.dead and not f.tasklog.entries and all(
+                w.done for w in f.tasklog.workflows.values())
             f.flush_marks()
         for f in unsynced:
             if f.done and self._files.get(f.tasklog.path) is f:
@@ -189,6 +200,7 @@ class Follower:
     def _pass(self, followed: list[_Followed]) -> int:
         ready: list[tuple[_Followed, Entry, TaskOutcome]] = []
         paths = log_paths(self.directory)
+        self._unopened = 0
         if len(paths) < len(self._files):  # removed by someone else: nothing to follow
             listed = set(paths)
             for gone in [f for p, f in self._files.items() if p not in listed]:
@@ -201,11 +213,14 @@ class Follower:
             if f is None:
                 j = TaskLogFile.open(path)
                 if j is None:
+                    self._unopened += 1
                     continue
                 if j.host != self._host:
                     self._foreign.add(path)
                     continue
-                f = self._files[path] = _Followed(j, self.directory)
+                f = self._files[path] = _Followed(j, self.directory, self._headers)
+                if j.mono is not None and j.mono > self._born_mono:
+                    f.inherited.clear()
                 begun = [e for e in j.entries.values() if not e.started]
             else:
                 begun = []
@@ -238,9 +253,10 @@ class Follower:
                 self._ensure_workflow(entry.meta)
             except Exception as e:  # its task is recorded anyway (the store says why not)
                 log.error("roar: workflow run of task %s not stored: %s", entry.meta.job_name, e)
-            records, dropped = f.events(entry)
-            outcome.dropped += dropped
-            tasks.append((f, entry, EndedTask(entry.meta, outcome, records,
+            if entry.records is None:  # taken once: a retry records the same
+                entry.records, entry.dropped = f.events(entry)
+                outcome.dropped += entry.dropped
+            tasks.append((f, entry, EndedTask(entry.meta, outcome, entry.records,
                                               start=not entry.started)))
         if len(tasks) > 1:  # one commit for all
             try:
@@ -293,7 +309,6 @@ class Follower:
         for f, entry, outcome in ordered:
             if entry.meta.started_at > horizon and self._unproduced_input(entry) and (
                     now - outcome.ended_at).total_seconds() < self.order.hold_max_s:
-                f.done = False  # its journal stays: the task is recorded by a later pass
                 if self.held_from is None:
                     self.held_from = outcome.ended_at
                 continue
@@ -313,8 +328,12 @@ class Follower:
                    for d in input_digests(entry.captured))
 
     def pending(self) -> int:
-        """Journals still followed (their processes alive, or not all recorded yet)."""
-        return len(self._files)
+        """Logs with work to come: their producers alive, or tasks not recorded and not
+        failed yet (a recorder left with only failed tasks may leave: the next one tries
+        them again), and logs not readable yet."""
+        return self._unopened + sum(
+            1 for f in self._files.values()
+            if not f.dead or any(not e.failures for e in f.tasklog.entries.values()))
 
     def _advance(self, f: _Followed, begun: list[Entry]) -> None:
         j = f.tasklog
@@ -347,13 +366,16 @@ class Follower:
         (an ended task's START goes in with its end: one commit)."""
         j = f.tasklog
         self._due_starts(f, begun)
-        ready = j.unrecorded() if f.dead else [e for e in j.entries.values()
-                                              if e.outcome is not None and not e.recorded]
+        now_s = time.monotonic()
+        ready = [e for e in j.entries.values() if not e.recorded and e.retry_at <= now_s
+                 and (f.dead or e.outcome is not None)]
         if ready:
             f.collector.collect()
             f.collector.take(UNATTRIBUTED)  # I/O outside any task: never lineage
-        f.done = f.dead  # all it left is recorded once this pass ends: the log can go
-        return [(f, e, e.outcome or _died(j, e, self.lifetime_status())) for e in ready]
+        for e in ready:
+            if e.outcome is None:  # its producer went away with it open
+                e.outcome, e.died = _died(j, e, self.lifetime_status()), True
+        return [(f, e, e.outcome) for e in ready]
 
     def _workflows(self, f: _Followed, starting: bool) -> None:
         """Workflow runs the log began (`starting`: their starts, before their tasks'),
@@ -401,6 +423,7 @@ class Follower:
         f.close()
         del self._files[f.tasklog.path]
         for path in [f.tasklog.path, *f.collector.owned()]:
+            self._headers.pop(path, None)
             try:
                 path.unlink()
             except OSError:
@@ -450,13 +473,10 @@ class Follower:
                     raise
                 result = self.roar.recorder.record(task.meta, task.outcome, task.records,
                                                    captured=task.captured)
-        except Exception as e:  # lineage of one task lost, never the follower
+        except Exception as e:  # kept and tried again later; never the follower's end
             if not entry.started:
                 self._start(f, entry)  # its START at least, as a task that began
-            error = f"{type(e).__name__}: {e}"
-            log.error("roar: lineage of task %s (%s) lost: %s", entry.meta.job_name,
-                      entry.meta.run_id, error)
-            self._recorded(f, entry, None, error)
+            self._failed(f, entry, f"{type(e).__name__}: {e}")
             return None
         self._recorded(f, entry, result)
         return result
@@ -467,13 +487,27 @@ class Follower:
         the producer said it ended and left them to us (Snakemake, which reports a job
         once it has made its touch() outputs)."""
         if entry.captured is None:
-            if entry.outcome is None:
+            if entry.died:
                 return self.roar.recorder.capture_late(task.meta, task.outcome,
                                                        task.records)
             return self.roar.recorder.capture(task.meta, task.records)
         from roar_core.capture import from_dict
 
         return from_dict(entry.captured)
+
+    def _failed(self, f: _Followed, entry: Entry, error: str) -> None:
+        """One failed attempt to record a task (a store that cannot be written, a full
+        disk): it stays in its log, marked with why (a waiting producer is told), and is
+        tried again after a growing pause, by this recorder or the next one."""
+        entry.failures += 1
+        delay = min(RETRY_S * 2 ** (entry.failures - 1), RETRY_MAX_S)
+        entry.retry_at = time.monotonic() + delay
+        log.error("roar: task %s (%s) not recorded (kept, tried again in %.0f s): %s",
+                  entry.meta.job_name, entry.meta.run_id, delay, error)
+        f.mark({"fail": entry.meta.run_id, "m": error})
+        if entry.waited:
+            f.waiters.append(entry.meta.run_id)
+            self._urgent = True
 
     def _recorded(self, f: _Followed, entry: Entry, result: RecordedTask | None,
                   error: str | None = None) -> None:
@@ -491,7 +525,7 @@ class Follower:
 
 
 class _Followed:
-    def __init__(self, tasklog: TaskLogFile, directory: Path):
+    def __init__(self, tasklog: TaskLogFile, directory: Path, headers: dict | None = None):
         from roar_core.session import SessionCollector
 
         self.tasklog = tasklog
@@ -501,7 +535,7 @@ class _Followed:
         # Only its process's tree, and only processes started after the log was (a worker's
         # session holds a log for every process it ever forked).
         self.collector = SessionCollector(directory, root_pid=tasklog.pid,
-                                          since_mono_ns=tasklog.mono)
+                                          since_mono_ns=tasklog.mono, headers=headers)
         self.dead = False  # its process had exited (or closed its log) when this pass began
         self.done = False
         self._marks: list[dict] = []
@@ -549,7 +583,9 @@ class _Followed:
         waiters, self.waiters = self.waiters, []
         for run_id in waiters:
             poke(directory / f"{WAIT_PREFIX}{run_id}")
-        if self.done and self.tasklog.close_waited:
+        if self.tasklog.close_waited and self.dead and all(
+                e.failures for e in self.tasklog.entries.values()):
+            # Every task answered: recorded, or failed and kept for another attempt.
             poke(directory / f"{WAIT_PREFIX}{self.tasklog.name}")
         own, self.own_dirs = self.own_dirs, []
         for d in own:
@@ -576,6 +612,8 @@ def recover(roar: Roar, directory: str | os.PathLike, *,
         follower._advance(f, [e for e in j.entries.values() if not e.started])
         done += follower._record_in_order(follower._ready(f, []))
         follower._workflows(f, starting=False)
+        f.done = not f.tasklog.entries  # what failed stays, for the next attempt
         f.flush_marks()
-        follower._forget(f)
+        if f.done:
+            follower._forget(f)
     return done

@@ -234,7 +234,7 @@ def main(argv: list[str]) -> int:
                 continue
             if not directory.is_dir():
                 return 0  # the session was removed: nothing of it is left to record
-            if not follower.pending() and not tasklog.log_paths(directory):
+            if not follower.pending():  # (logs of tasks that failed wait for the next one)
                 if ending.exists() or time.monotonic() - idle_since > idle_exit_s:
                     return 0
             else:

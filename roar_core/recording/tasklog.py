@@ -295,6 +295,14 @@ class TaskLog:
                             self.results[d["r"]] = d.get("res") or {}
                     except (ValueError, KeyError, TypeError):
                         pass
+                elif raw.startswith(b'{"fail"'):
+                    try:  # not recorded (yet): the recorder keeps it and tries again
+                        d = json.loads(raw)
+                        if d["fail"] in self.results and not self.results[d["fail"]]:
+                            self.results[d["fail"]] = {"ok": False, "status": "ABORT",
+                                                       "error": d.get("m"), "kept": True}
+                    except (ValueError, KeyError, TypeError):
+                        pass
             if end == 0 or len(data) < 1 << 24:
                 return
             data = os.pread(self._fd, 1 << 24, self._read_at)
@@ -326,6 +334,11 @@ class Entry:
     own_dir: str | None = None
     shadow: tuple[str, str] | None = None
     waited: bool = False
+    died: bool = False  # its producer went away before it ended (outcome made for it)
+    records: list | None = None  # its tracer records, once taken (kept for a retry)
+    dropped: int = 0
+    failures: int = 0  # attempts to record it that failed (it is kept and retried)
+    retry_at: float = 0.0  # time.monotonic() of its next attempt
 
 
 @dataclass

@@ -274,3 +274,48 @@ def test_a_waiting_producer_gets_its_tasks_lineage(tmp_path, cfg, session):
     p.proc.send_signal(signal.SIGTERM)
     p.proc.wait()
     wait_recorded(session)
+
+
+def test_a_task_that_cannot_be_recorded_is_kept_and_recorded_once_later(
+        tmp_path, cfg, session, monkeypatch):
+    """A store that fails (a full disk, a locked database) costs time, never lineage: the
+    waiting producer is told, the task stays in its log, and the next attempt records it."""
+    from roar_core.recording import follower as following
+    from roar_core.store_records import StoreError
+
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"f\n")
+    p = Producer(session, tmp_path)
+    p.task(1, src, tmp_path / "a.txt", "a")
+    p.kill()
+
+    roar = Roar(cfg, send=False)
+    real = roar.recorder.record
+    broken = {"on": True}
+
+    def record(*args, **kwargs):
+        if broken["on"]:
+            raise StoreError("database or disk is full")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(roar.recorder, "record", record)
+    monkeypatch.setattr(following, "RETRY_S", 0.0)
+    f = Follower(roar, session)
+    assert f.poll() == 0
+    f.sync()
+    (log,) = log_paths(session)  # kept, with why
+    assert '"fail"' in log.read_text() and "disk is full" in log.read_text()
+    assert f.pending() == 0  # a recorder may leave: the next one tries again
+    assert f.poll() == 0
+    broken["on"] = False
+    assert f.poll() == 1
+    f.sync()
+    assert f.poll() == 0
+    assert not log_paths(session)
+    roar.spool.flush(30)
+    roar.close(timeout=0)
+    stored = runs(cfg)
+    assert list(stored) == [run_id(1)] and stored[run_id(1)][0] == "COMPLETE"
+    (d,) = stored[run_id(1)][1].values()
+    assert d.removeprefix("blake3:") == digest(b"f\na")
+    assert terminal_events(cfg) == {run_id(1): ["COMPLETE"]}

@@ -280,7 +280,12 @@ class Lineage:
         if self._owner is not None:
             os.close(self._owner)
             self._owner = None
-        shutil.rmtree(self.directory, ignore_errors=True)
+        if any(not r.ok for r in results.values()):
+            # Kept for the next attempt: a recorder started for what is left here (the
+            # sweep of old sessions starts one) records it once the cause is gone.
+            log.warning("roar: lineage not recorded yet is kept in %s", self.directory)
+        else:
+            shutil.rmtree(self.directory, ignore_errors=True)
         return results
 
     def summary(self, results: dict[str, Result]) -> str:
@@ -302,7 +307,8 @@ class Lineage:
         head = (f"roar: lineage of {len(results)} job(s) recorded under workflow run "
                 f"{self.name} {self.workflow_run} (store: {self.config.home})")
         if lost:
-            head += f"; lineage of {lost} job(s) LOST (see the errors above)"
+            head += (f"; lineage of {lost} job(s) NOT RECORDED yet, kept in {self.directory} "
+                     "to retry (see the errors above)")
         if not lines:
             return head + "\nroar: every job read and wrote only its declared files"
         return head + "\nroar: undeclared I/O (read or written but not declared):\n" + "\n".join(
