@@ -1,0 +1,47 @@
+"""A home's lineage, normalised for comparing two versions of roar: every event (minus
+times, producers, pids, hosts; run ids and the work directory replaced by placeholders),
+grouped by run, and the store's runs with their accesses.  What an engine emits and stores
+for one workflow must stay the same across refactors, except reviewed fixes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+VOLATILE = {"eventTime", "producer", "_producer", "_schemaURL", "schemaURL", "pid", "host",
+            "nominalStartTime", "nominalEndTime", "startTime", "endTime"}
+# Versions of the engine and libraries installed (CI installs the newest allowed).
+VERSION_KEYS = {"version", "openlineageAdapterVersion", "openlineage_client_version"}
+
+
+def stream(home: Path, workdir: Path) -> dict[str, Any]:
+    from roar_core.store import Store
+
+    wd = str(workdir)
+    path = home / "openlineage" / "events.jsonl"
+    events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    ids = {e["run"]["runId"] for e in events}
+
+    def walk(x: Any) -> Any:
+        if isinstance(x, dict):
+            if x.get("key") in VERSION_KEYS:  # a key-value facet entry
+                return {"key": x["key"], "value": "<version>"}
+            return {walk(k): "<version>" if k in VERSION_KEYS and isinstance(v, str)
+                    else walk(v) for k, v in sorted(x.items()) if k not in VOLATILE}
+        if isinstance(x, list):
+            return [walk(v) for v in x]
+        if isinstance(x, str):
+            return "<run>" if x in ids else x.replace(wd, "<wd>")
+        return x
+
+    runs: dict[str, list] = {}
+    for e in events:
+        runs.setdefault(e["run"]["runId"], []).append(walk(e))
+    with Store.open(home=home) as store:
+        rows = [{"job": r.job_name, "status": r.status, "engine": r.engine,
+                 "accesses": sorted([a.uri.replace(wd, "<wd>"), a.role, a.digest]
+                                    for a in store.accesses_of(r.run_id))}
+                for r in store.task_runs(limit=1000)]
+    return {"events": sorted(runs.values(), key=lambda v: json.dumps(v, sort_keys=True)),
+            "runs": sorted(rows, key=lambda r: json.dumps(r, sort_keys=True))}
