@@ -295,6 +295,8 @@ def main() -> None:
     print("|" + "---|" * 7)
     for mode, runs in results.items():
         tasks = [t for r in runs for t in r["task_s"]]
+        if not tasks:  # a mode not run (--subprocess-runs 0)
+            continue
         mean = statistics.mean(tasks)
         roar_med, roar_p95 = _stats([x for r in runs for x in r["roar_ms"]])
         rep_med, _ = _stats([x for r in runs for x in r["report_ms"]])

@@ -199,7 +199,9 @@ def main(argv: list[str]) -> int:
              if settings.get("order") else None)
     follower = Follower(roar, directory, lifetime_status=lambda: (
         "COMPLETE" if ending.exists() else "ABORT"), sync_every=SYNC_S, order=order,
-        hold_start_s=HOLD_START_S)
+        # Where a producer waits for each task's end, the START goes in while the task
+        # runs, not on the task's path with its end.
+        hold_start_s=0.0 if settings.get("waited") else HOLD_START_S)
     wake = tasklog._mkfifo(directory / tasklog.WAKE)
     freeze_heap()
     idle_since = time.monotonic()

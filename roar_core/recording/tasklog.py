@@ -516,7 +516,15 @@ def _dataset(x: dict[str, Any]):
 
 
 def log_paths(directory: str | os.PathLike) -> list[Path]:
-    return sorted(Path(directory).glob(f"{PREFIX}*{SUFFIX}"))
+    # scandir and a prefix test, not glob: a worker's session holds a tracer log for every
+    # process it ever forked, each of which glob would match against the pattern.
+    try:
+        with os.scandir(directory) as entries:
+            names = [e.name for e in entries
+                     if e.name.startswith(PREFIX) and e.name.endswith(SUFFIX)]
+    except OSError:  # gone: no logs
+        return []
+    return [Path(directory, n) for n in sorted(names)]
 
 
 def task_logs(directory: str | os.PathLike) -> list[TaskLogFile]:
