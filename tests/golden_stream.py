@@ -6,6 +6,8 @@ for one workflow must stay the same across refactors, except reviewed fixes."""
 from __future__ import annotations
 
 import json
+import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ VOLATILE = {"eventTime", "producer", "_producer", "_schemaURL", "schemaURL", "pi
             "nominalStartTime", "nominalEndTime", "startTime", "endTime"}
 # Versions of the engine and libraries installed (CI installs the newest allowed).
 VERSION_KEYS = {"version", "openlineageAdapterVersion", "openlineage_client_version"}
+ENGINE_IDS = {"engineTaskId"}  # the engine's own ids of a task, new each run
 
 
 def stream(home: Path, workdir: Path) -> dict[str, Any]:
@@ -45,3 +48,42 @@ def stream(home: Path, workdir: Path) -> dict[str, Any]:
                 for r in store.task_runs(limit=1000)]
     return {"events": sorted(runs.values(), key=lambda v: json.dumps(v, sort_keys=True)),
             "runs": sorted(rows, key=lambda r: json.dumps(r, sort_keys=True))}
+
+
+def task_lineage(events: list[dict], data: Path, home: Path) -> dict[str, Any]:
+    """What roar adds to an engine's own events (Airflow's provider sends them): per task
+    event, its inputs and outputs with their versions and roar's run facets (minus pids,
+    hosts and times); and the store's runs with their accesses."""
+    from roar_core.store import Store
+
+    wd = str(data)
+    tmp = re.compile(re.escape(tempfile.gettempdir()) + r"/[^/]+")  # mkdtemp()'s names
+
+    def files(ds: list[dict]) -> list:
+        return sorted([d["namespace"], d["name"].replace(wd, "<wd>"),
+                       d.get("facets", {}).get("version", {}).get("datasetVersion"),
+                       d.get("outputFacets", {}).get("outputStatistics", {}).get("size")]
+                      for d in ds)
+
+    def roar_facets(facets: dict) -> dict:
+        out = {}
+        for key, value in sorted(facets.items()):
+            if key.startswith("roar_"):
+                out[key] = {k: v for k, v in sorted(value.items())
+                            if k not in VOLATILE and k not in ENGINE_IDS
+                            and not k.startswith("_")}
+        return json.loads(json.dumps(out).replace(wd, "<wd>"))
+
+    got = sorted(([e["eventType"], e["job"]["name"], files(e.get("inputs", [])),
+                   files(e.get("outputs", [])), roar_facets(e["run"].get("facets", {}))]
+                  for e in events if e["eventType"] != "START"), key=_key)
+    with Store.open(home=home) as store:
+        rows = sorted([r.job_name, r.status, r.engine,
+                       sorted([tmp.sub("<tmp>", a.uri.replace(wd, "<wd>")), a.role, a.digest]
+                              for a in store.accesses_of(r.run_id))]
+                      for r in store.task_runs(limit=1000))
+    return {"events": got, "runs": rows}
+
+
+def _key(x: Any) -> str:
+    return json.dumps(x, sort_keys=True)

@@ -217,3 +217,17 @@ def test_secret_arguments_leave_nothing(etl: EtlRun) -> None:
     assert leaks == []
     if etl.mode == "boundary":  # the task's own process ran `true`: its command
         assert done["run"]["facets"]["roar_task"]["command"] == ["true", "***"]
+
+
+def test_the_lineage_is_the_one_before_the_recorder_moved(etl: EtlRun) -> None:
+    """What roar adds to the provider's events (inputs, outputs, versions, roar's facets)
+    and what it stores are those of the version that recorded through a socket service
+    (roar_core.service, commit d8b4259): golden_etl.json was written by that version."""
+    import json
+
+    from tests.golden_stream import task_lineage
+
+    golden = json.loads((Path(__file__).parent / "golden_etl.json").read_text())[etl.mode]
+    got = task_lineage(etl.events, etl.data, etl.work / "roar")
+    assert got["runs"] == golden["runs"]
+    assert got["events"] == golden["events"]
