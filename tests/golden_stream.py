@@ -15,7 +15,7 @@ VOLATILE = {"eventTime", "producer", "_producer", "_schemaURL", "schemaURL", "pi
             "nominalStartTime", "nominalEndTime", "startTime", "endTime"}
 # Versions of the engine and libraries installed (CI installs the newest allowed).
 VERSION_KEYS = {"version", "openlineageAdapterVersion", "openlineage_client_version"}
-ENGINE_IDS = {"engineTaskId"}  # the engine's own ids of a task, new each run
+ENGINE_IDS = {"engineTaskId", "nodeId"}  # the engine's own ids of a task and node
 
 
 def stream(home: Path, workdir: Path) -> dict[str, Any]:
@@ -31,7 +31,8 @@ def stream(home: Path, workdir: Path) -> dict[str, Any]:
             if x.get("key") in VERSION_KEYS:  # a key-value facet entry
                 return {"key": x["key"], "value": "<version>"}
             return {walk(k): "<version>" if k in VERSION_KEYS and isinstance(v, str)
-                    else walk(v) for k, v in sorted(x.items()) if k not in VOLATILE}
+                    else "<id>" if k in ENGINE_IDS else walk(v)
+                    for k, v in sorted(x.items()) if k not in VOLATILE}
         if isinstance(x, list):
             return [walk(v) for v in x]
         if isinstance(x, str):
