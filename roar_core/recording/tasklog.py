@@ -359,7 +359,8 @@ class TaskLogFile:
     pid: int
     start: int
     host: str
-    entries: dict[str, Entry] = field(default_factory=dict)  # by run id, in begin order
+    # Tasks not recorded yet, by run id, in begin order (a recorded one is dropped)
+    entries: dict[str, Entry] = field(default_factory=dict)
     common: dict[str, Any] = field(default_factory=dict)
     workflows: dict[str, Workflow] = field(default_factory=dict)
     closed: bool = False
@@ -428,8 +429,8 @@ class TaskLogFile:
                 elif "started" in d and d["started"] in self.entries:
                     self.entries[d["started"]].started = True
                 elif "r" in d:
-                    if d["r"] in self.entries:
-                        self.entries[d["r"]].recorded = True
+                    if d["r"] in self.entries:  # recorded: no longer work left
+                        self.entries.pop(d["r"]).recorded = True
                     elif d["r"] in self.workflows:
                         self.workflows[d["r"]].done = True
                 elif "wb" in d:
@@ -447,11 +448,11 @@ class TaskLogFile:
         return begun
 
     def unrecorded(self) -> list[Entry]:
-        return [e for e in self.entries.values() if not e.recorded]
+        return list(self.entries.values())
 
     def ended_unrecorded(self) -> int:
         """Tasks that ended and wait for the recorder (what a drain waits for)."""
-        return sum(1 for e in self.entries.values() if e.outcome and not e.recorded)
+        return sum(1 for e in self.entries.values() if e.outcome)
 
     def alive(self) -> bool:
         return process_alive(self.pid, self.start)

@@ -319,3 +319,28 @@ def test_a_task_that_cannot_be_recorded_is_kept_and_recorded_once_later(
     (d,) = stored[run_id(1)][1].values()
     assert d.removeprefix("blake3:") == digest(b"f\na")
     assert terminal_events(cfg) == {run_id(1): ["COMPLETE"]}
+
+
+def test_a_log_with_tasks_marked_by_an_earlier_recorder_is_finished_and_removed(
+        tmp_path, cfg, session):
+    """A recorder that marked some of a log's tasks, then died: the next one records the
+    rest, once, removes the log and leaves (the marked tasks are not work left)."""
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"m\n")
+    p = Producer(session, tmp_path)
+    p.task(1, src, tmp_path / "a.txt", "a")
+    first = Roar(cfg, send=False)
+    earlier = Follower(first, session)
+    assert earlier.poll() == 1  # recorded and marked (synced after the pass)
+    first.close(timeout=0)
+    p.task(2, src, tmp_path / "b.txt", "b")
+    p.kill()
+    wait_recorded(session)  # times out if the marked task counts as work left
+    assert not recorder.running(session)
+    stored = runs(cfg)
+    assert {k: v[0] for k, v in stored.items()} == {run_id(1): "COMPLETE",
+                                                     run_id(2): "COMPLETE"}
+    roar = Roar(cfg, send=False)
+    roar.spool.flush(30)
+    roar.close(timeout=0)
+    assert terminal_events(cfg) == {run_id(1): ["COMPLETE"], run_id(2): ["COMPLETE"]}
