@@ -55,15 +55,12 @@ def _died(j: TaskLogFile, entry: Entry, lifetime_status: str) -> TaskOutcome:
     return outcome
 
 
-def result_of(recorded: RecordedTask | None, error: str | None = None) -> dict:
+def result_of(r: RecordedTask) -> dict:
     """What a waiting producer is told of a recorded task (tasklog.Result reads it)."""
     from dataclasses import asdict
 
     from roar_core.recorder import lineage_of
 
-    if recorded is None:
-        return {"ok": False, "status": "ABORT", "error": error or "not recorded"}
-    r = recorded
     lineage = lineage_of(r.meta, r.outcome, r.inputs, r.outputs)
     return {"ok": True, "status": r.outcome.status, "error": None,
             "inputs": [asdict(d) for d in r.inputs], "outputs": [asdict(d) for d in r.outputs],
@@ -284,12 +281,10 @@ class Follower:
         if stored is None or stored.status == "RUNNING":
             return False
         entry.started = True
-        self._recorded(f, entry, None)
-        mark = f._marks[-1]
-        if "res" in mark:  # what this recorder can say without the predecessor's answer
-            mark["res"] = {"ok": True, "status": stored.status, "error": None,
-                           "inputs": [], "outputs": [],
-                           "note": "recorded by an earlier recorder"}
+        # What this recorder can say without the predecessor's answer.
+        self._recorded(f, entry, {"ok": True, "status": stored.status, "error": None,
+                                  "inputs": [], "outputs": [],
+                                  "note": "recorded by an earlier recorder"})
         return True
 
     def _hold(self, ordered: list[tuple[_Followed, Entry, TaskOutcome]]) -> list[
@@ -509,12 +504,12 @@ class Follower:
             f.waiters.append(entry.meta.run_id)
             self._urgent = True
 
-    def _recorded(self, f: _Followed, entry: Entry, result: RecordedTask | None,
-                  error: str | None = None) -> None:
+    def _recorded(self, f: _Followed, entry: Entry, answer: RecordedTask | dict) -> None:
+        """Mark the task recorded; `answer`: what was recorded, or what to say of it."""
         entry.started = entry.recorded = True
         mark: dict = {"r": entry.meta.run_id}
         if f.tasklog.results or entry.waited:
-            mark["res"] = result_of(result, error)
+            mark["res"] = answer if isinstance(answer, dict) else result_of(answer)
         f.mark(mark)
         if entry.waited:
             f.waiters.append(entry.meta.run_id)
@@ -608,12 +603,10 @@ def recover(roar: Roar, directory: str | os.PathLike, *,
         j = TaskLogFile.open(path)
         if j is None or j.host != follower._host or j.alive():
             continue
-        f = follower._files[path] = _Followed(j, follower.directory)
+        f = follower._files[path] = _Followed(j, follower.directory, follower._headers)
         follower._advance(f, [e for e in j.entries.values() if not e.started])
         done += follower._record_in_order(follower._ready(f, []))
         follower._workflows(f, starting=False)
-        f.done = not f.tasklog.entries  # what failed stays, for the next attempt
-        f.flush_marks()
-        if f.done:
-            follower._forget(f)
+        follower._unsynced[path] = f
+    follower.sync()  # marked, and removed once all it left is recorded
     return done

@@ -60,11 +60,6 @@ def load_config(settings: dict[str, Any], job: dict[str, Any] | None) -> config.
     return config.load(**values)
 
 
-def config_values(cfg: config.Config) -> dict[str, Any]:
-    """A resolved configuration as JSON-ready keys (for the job context)."""
-    return config.values(cfg)
-
-
 def job_context(env: dict[str, str] | os._Environ) -> dict[str, Any] | None:
     raw = env.get(JOB_VAR)
     return json.loads(raw) if raw else None

@@ -115,7 +115,7 @@ class DriverJob:
         run = roar.start_workflow(name, engine="ray",
                                   engine_version=Engine("ray", ray.__version__))
         context = {"run_id": run.run_id, "job_name": name, "namespace": run.namespace,
-                   "config": _env.config_values(cfg), "root": str(cfg.project_root)}
+                   "config": config.values(cfg), "root": str(cfg.project_root)}
         job = cls(roar, run, context)
         with _lock:
             _jobs.append(job)
