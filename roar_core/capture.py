@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -61,10 +61,12 @@ def _known(r: HashResult) -> Version:
 
 def capture(records: Iterable[Record], keep: PathFilter, hasher: Hasher, *,
             declared: declared_mod.Declared | None = None, traced: bool = True,
-            settle: bool = True) -> Capture:
-    """Classify a task's records and take its versions, now.  Call it as the task ends."""
+            settle: bool = True, progress: Callable[[int, int], None] | None = None
+            ) -> Capture:
+    """Classify a task's records and take its versions, now.  Call it as the task ends.
+    `progress(done, total)`: as files are hashed."""
     return versions(classified(records, keep, declared=declared, traced=traced), hasher,
-                    settle=settle)
+                    settle=settle, progress=progress)
 
 
 def classified(records: Iterable[Record], keep: PathFilter, *,
@@ -77,7 +79,8 @@ def classified(records: Iterable[Record], keep: PathFilter, *,
     return io
 
 
-def versions(io: TaskIO, hasher: Hasher, settle: bool = True) -> Capture:
+def versions(io: TaskIO, hasher: Hasher, settle: bool = True,
+             progress: Callable[[int, int], None] | None = None) -> Capture:
     """The versions of the files in `io`, now (see the module docstring).  `settle`: the
     outputs' digests go into the stat cache, for the next tasks that open them (without:
     the recorder's store finds them by size and mtime, later)."""
@@ -87,7 +90,8 @@ def versions(io: TaskIO, hasher: Hasher, settle: bool = True) -> Capture:
     read = io.inputs + io.code
     hashed = [a for a in read if a.path not in written] + io.outputs
     known = {a.path: a.state for a in hashed if a.state is not None}
-    hashes = hasher.hash_files([a.path for a in hashed], known=known, written=written,
+    hashes = hasher.hash_files([a.path for a in hashed], progress, known=known,
+                               written=written,
                                settled=written if settle else ()) if hashed else {}
     out = Capture(io)
     for a in io.outputs:

@@ -170,13 +170,16 @@ def open_roar(cfg: config_mod.Config, progress: Callable[[int, int], None] | Non
 
 
 def drain_pending(cfg: config_mod.Config, required: bool = True) -> None:
-    """Record the runs that `run --no-wait` handed to the background recorder and that are
-    not recorded yet, so that what a reading command shows is complete.  `required=False`
-    (flush: the events already spooled go out whatever the store's state): a recorder
-    that cannot be opened is a warning, and the runs stay pending."""
-    from roar_core import handoff
+    """Record the runs that `roar-core run` left to the recorder and that are not recorded
+    yet, so that what a reading command shows is complete: here, or by waiting for the
+    recorder that is at it.  `required=False` (flush: the events already spooled go out
+    whatever the store's state): a store that cannot be opened is a warning, and the runs
+    stay pending."""
+    from roar_core.recording import recorder, tasklog
+    from roar_core.runner import log_dirs
 
-    if not handoff.pending(cfg):
+    dirs = [d for d in log_dirs(cfg) if tasklog.log_paths(d)]
+    if not dirs:
         return
     try:
         roar = open_roar(cfg)
@@ -187,7 +190,12 @@ def drain_pending(cfg: config_mod.Config, required: bool = True) -> None:
                                f"{e}", style="yellow", highlight=False, soft_wrap=True)
         return
     try:
-        handoff.drain(roar)  # waits for a background recorder that is at it already
+        for d in dirs:
+            # Here, unless the directory's recorder runs: then until it has recorded what
+            # was there when we looked (or has exited: then here).
+            while recorder.drain(roar, d) is None and not recorder.wait_recorded(
+                    d, time.monotonic() + 0.25):
+                pass
     finally:
         roar.close(timeout=CLOSE_TIMEOUT_S)
 
@@ -270,21 +278,21 @@ def summary_lines(result: RunResult, job: str, cwd: Path | None = None) -> list[
             Text(f"roar-core: {job}: {how}"),
             Text(f"roar-core: lineage NOT recorded: {result.error}", style="bold red"),
         ]
-    meta, io = rec.meta, rec.io
+    data = rec.data
     head = Text("roar-core: ", style="bold")
-    head.append(f"job {meta.job_name}, run {meta.run_id}, {rec.outcome.status} ({how})")
+    head.append(f"job {data['job_name']}, run {data['run_id']}, {rec.status} ({how})")
     lines = [head]
-    if not meta.traced:
-        lines.append(Text(f"roar-core: UNTRACED: {meta.untraced_reason} -- files it read or "
-                          "wrote are missing below", style="bold red"))
-    # record() builds its datasets in the order of io.inputs / io.outputs (then deleted).
-    ins = [(a.name, ds.digest) for a, ds in zip(io.inputs, rec.inputs, strict=False)]
-    outs = [(a.name, ds.digest) for a, ds in zip(io.outputs, rec.outputs, strict=False)]
-    lines += _listing("inputs", ins, cwd) + _listing("outputs", outs, cwd)
-    if io.deleted:
-        lines += _listing("deleted", [(a.name, None) for a in io.deleted], cwd)
-    if rec.outcome.dropped:
-        lines.append(Text(f"roar-core: warning: {rec.outcome.dropped} trace event(s) were lost "
+    if not data.get("traced", True):
+        lines.append(Text(f"roar-core: UNTRACED: {data.get('untraced_reason')} -- files it "
+                          "read or wrote are missing below", style="bold red"))
+    outs = [d for d in rec.outputs if d.lifecycle != "DROP"]
+    lines += _listing("inputs", [(d.name, d.digest) for d in rec.inputs], cwd)
+    lines += _listing("outputs", [(d.name, d.digest) for d in outs], cwd)
+    deleted = [(d.name, None) for d in rec.outputs if d.lifecycle == "DROP"]
+    if deleted:
+        lines += _listing("deleted", deleted, cwd)
+    if data.get("dropped"):
+        lines.append(Text(f"roar-core: warning: {data['dropped']} trace event(s) were lost "
                           "(unreadable or torn trace logs): the file lists may be incomplete",
                           style="yellow"))
     return lines
@@ -328,14 +336,15 @@ def deliver_or_hand_off(roar: Any, err: Console) -> None:
     with thousands of files would spend with the user waiting on a transport: that backlog
     goes to the detached recorder process instead, which sends it and exits.
     """
-    from roar_core import handoff, spoolfiles
+    from roar_core import spoolfiles
+    from roar_core.runner import hand_off
 
     backlog = spoolfiles.pending_bytes(roar.spool.directory) if roar.spool else 0
     if backlog <= INLINE_DELIVERY_BYTES:
         roar.close(timeout=CLOSE_TIMEOUT_S)
         return
     roar.close(timeout=0)
-    handoff.spawn_recorder(roar.config)
+    hand_off(roar.config, roar.config.sessions_dir)  # its recorder sends the spool
     err.print(f"roar-core: sending {size_text(backlog)} of OpenLineage events in the "
               "background (`roar-core flush` waits for them)", style="dim")
 
@@ -639,12 +648,12 @@ def check_spool(cfg: config_mod.Config) -> Check:
 
 
 def check_sessions(cfg: config_mod.Config) -> Check:
-    from roar_core import handoff
+    from roar_core.runner import failures, pending, spare_dir
 
-    waiting = handoff.pending(cfg)
-    failed = handoff.failures(cfg)
-    spare = handoff.spare_dir(cfg)
-    kept = sum(1 for d in waiting if d.parent == spare)
+    waiting = pending(cfg)
+    failed = failures(cfg)
+    spare = spare_dir(cfg)
+    kept = sum(1 for d, _ in waiting if d == spare)
     detail = f"{len(waiting)} run(s) waiting for the background recorder"
     if kept:
         detail += f", {kept} of them kept in {spare} until the home can be written"

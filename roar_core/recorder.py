@@ -280,17 +280,22 @@ class Recorder:
                         self.emit(event)
             return task
 
-    def record_many(self, tasks: list[EndedTask]) -> list[RecordedTask]:
+    def record_many(self, tasks: list[EndedTask],
+                    before_commit: Callable[[list], None] | None = None
+                    ) -> list[RecordedTask]:
         """Ended tasks, in one store commit, then their events, in order: for a recorder
         catching up with many short tasks, where a commit each was most of the work (and
         of the disk writes).  All or nothing: a failure (StoreError, or any other) stores
-        and sends none of them; record them one by one then (`record`)."""
+        and sends none of them; record them one by one then (`record`).  `before_commit`:
+        given [(run id, its events)] once staged, before the commit (see `record`)."""
         with gc_paused():
             # Hashed before the store's write lock is taken (a task without a capture).
             captures = [t.captured or self.capture(t.meta, t.records) for t in tasks]
             with self.store.batch():
                 staged = [self._stage(t.meta, t.outcome, t.records, None, t.start, c)
                           for t, c in zip(tasks, captures, strict=True)]
+                if before_commit is not None:
+                    before_commit([(task.meta.run_id, events) for task, events in staged])
             for _, events in staged:
                 for event in events:
                     self.emit(event)

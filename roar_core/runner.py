@@ -1,21 +1,36 @@
 """`roar-core run`: trace one command as one task.
 
-The fast path imports only light modules: the command starts within a few milliseconds
-and `roar-core run` exits as soon as it has ended, handing the session to the recorder
-(roar_core.handoff).  `wait=True` records in this process instead and returns the result.
+The runner is a producer like an engine's worker (roar_core.recording): it appends the
+run's begin to its task log in the home's sessions directory, runs the command into a
+tracer session of its own there, takes the versions of the files it read and wrote as it
+ends, appends its end with them, and leaves the rest to the directory's recorder process,
+started if none runs; `roar-core run` then exits like its command.  `run --wait` and
+`run_command` record in this process instead when no recorder holds the directory, or wait
+for its answer.  Every command that reads lineage records what is pending first.
+
+The fast path imports only light modules: the command starts within a few milliseconds.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
+import uuid
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
-from roar_core import handoff, tracer
+from roar_core import tracer
 from roar_core.config import Config
+from roar_core.recording import tasklog
+from roar_core.recording.tasklog import TaskLog
 from roar_core.session import SessionCollector, run_traced
+
+RUN_PREFIX = "run-"  # a run's own tracer session, in the log's directory
+RECORDER_IDLE_S = 2.0  # the recorder waits this long for the next run before it exits
 
 
 def tracer_usable(cfg: Config) -> tuple[bool, str | None]:
@@ -75,44 +90,212 @@ def _shell_script(prog: str, argv: list[str]) -> str | None:
     return None
 
 
-def run(cfg: Config, argv: list[str], job_name: str | None = None,
-        tail: bool = False) -> tuple[int, Path | None, SessionCollector | None]:
-    """Run argv traced; returns (returncode as subprocess reports it, session dir (None:
-    none could be written, the command ran untraced), and with `tail` the collector that
-    read its logs while it ran)."""
+def log_dirs(cfg: Config) -> list[Path]:
+    """Where `roar-core run`'s task logs are: under the home, and in the spare directory."""
+    spare = spare_dir(cfg)
+    return [cfg.sessions_dir] if spare is None else [cfg.sessions_dir, spare]
+
+
+def spare_dir(cfg: Config) -> Path | None:
+    """Where runs go while the roar home cannot be written: this user's in-memory
+    directory, one per home.  It outlives the processes (not a reboot), and the sweep of
+    stale in-memory sessions leaves it alone."""
+    from roar_core.session import SPARE_PREFIX, memory_sessions_dir
+
+    memory = memory_sessions_dir()
+    if memory is None:
+        return None
+    import zlib  # not hashlib: ~2.6 ms to import, on every `roar-core run`
+
+    home = os.fsencode(cfg.home)
+    return memory / f"{SPARE_PREFIX}{zlib.crc32(home):08x}{zlib.adler32(home):08x}"
+
+
+class NoSession(OSError):
+    """Neither the roar home nor the spare directory can take a run: it runs untraced."""
+
+
+@dataclass
+class Begun:
+    """A run whose begin is in a task log."""
+
+    run_id: str
+    job_name: str
+    log: TaskLog
+    own: Path  # its tracer session
+    traced: bool
+    untraced_reason: str | None = None
+
+    @property
+    def directory(self) -> Path:
+        return self.log.directory
+
+
+_logs: dict[Path, TaskLog] = {}  # this process's task log in each directory
+
+
+def _task_log(directory: Path) -> TaskLog:
+    log = _logs.get(directory)
+    if log is None or log.pid != os.getpid():
+        log = _logs[directory] = TaskLog(directory, warn=False)
+    return log
+
+
+def _drop_log(directory: Path) -> None:
+    log = _logs.pop(directory, None)
+    if log is None:
+        return
+    try:
+        if os.fstat(log._fd).st_size == 0:  # not even its header: nothing to follow
+            os.unlink(log.path)
+    except OSError:
+        pass
+    log.close()
+
+
+def begin(cfg: Config, argv: list[str], job_name: str, traced: bool,
+          untraced_reason: str | None = None) -> Begun:
+    """A run's begin, in the task log under the roar home; where that cannot be written (a
+    full disk, a read-only mount), in the spare directory (`spare_dir`), recorded once the
+    home can be written again.  NoSession: nowhere."""
+    from roar_core.ids import new_run_id
+
+    meta = {"run_id": new_run_id(), "engine": "cli", "namespace": cfg.namespace,
+            "job_name": job_name, "started_at": datetime.now(timezone.utc).isoformat(),
+            "command": list(argv), "host": socket.gethostname(), "pid": os.getpid(),
+            "traced": traced, "untraced_reason": untraced_reason}
+    own_name = f"{RUN_PREFIX}{uuid.uuid4().hex}"
+    problems = []
+    for base in log_dirs(cfg):
+        own = base / own_name
+        try:
+            log = _task_log(base)
+            own.mkdir()
+            log.begun(meta, own_dir=own_name)
+            if not log.ok:
+                raise OSError(f"cannot write {log.path}")
+        except OSError as e:
+            problems.append(f"{base}: {e.strerror or e}")
+            _drop_log(base)
+            try:
+                own.rmdir()
+            except OSError:
+                pass
+            continue
+        if problems:
+            print(f"roar-core: warning: cannot write the roar home ({problems[0]}); this run "
+                  f"is kept in {base} and recorded once the home can be written",
+                  file=sys.stderr)
+        return Begun(meta["run_id"], job_name, log, own, traced, untraced_reason)
+    raise NoSession("; ".join(problems))
+
+
+@dataclass
+class Ran:
+    returncode: int  # as subprocess reports it: < 0 means killed by that signal
+    begun: Begun | None  # None: nowhere to write the run, it ran untraced
+    read: tuple | None = None  # its session as read here (events, logs read, errors)
+    wait_fd: int | None = None
+
+
+def run(cfg: Config, argv: list[str], job_name: str | None = None, *,
+        roar: Any = None) -> Ran:
+    """Run argv traced and log its begin and end.  `roar`: the run is recorded in this
+    process next (`run_command`): its logs are read while it runs, its files hashed with
+    roar's hasher (progress shown), and its end asks for the recorder's answer."""
     usable, reason = tracer_usable(cfg)
     try:
-        session, info = handoff.begin(cfg, argv, job_name or default_job_name(argv), usable,
-                                      reason)
-    except handoff.NoSession as e:  # nowhere to trace into: the command still runs
+        begun = begin(cfg, argv, job_name or default_job_name(argv), usable, reason)
+    except NoSession as e:  # nowhere to trace into: the command still runs
         print(f"roar-core: UNTRACED: no session can be written ({e}): this run is not "
               "recorded", file=sys.stderr)
-        return _run_plain(argv), None, None
-    collector = SessionCollector(session) if tail and usable else None
+        return Ran(_run_plain(argv), None)
+    collector = SessionCollector(begun.own) if usable else None
     try:
-        rc = run_traced(argv, session if usable else None, info.run_id, tail=collector)
+        rc = run_traced(argv, begun.own if usable else None, begun.run_id,
+                        tail=collector if roar is not None else None)
     except OSError as e:  # e.g. command not found: answer like a shell (127/126)
         rc = 127 if isinstance(e, FileNotFoundError) else 126
         print(f"roar-core: {argv[0]}: {e.strerror}", file=sys.stderr)
-    if usable and not tail:  # `tail`: recorded right away, in this process
+    read = captured = None
+    if collector is not None:
         try:
-            handoff.capture(cfg, session)
+            collector.collect(settle=True)
+            read = (collector.take_all(), collector.logs_read, list(collector.errors))
+            collector.close()
+            captured = _capture(cfg, begun, read[0].records, roar)
         except Exception as e:  # the recorder takes the versions later, as best it can
             print(f"roar-core: warning: file versions not taken at the command's end: "
                   f"{type(e).__name__}: {e}", file=sys.stderr)
-    try:
-        handoff.end(session, rc)
-    except OSError as e:  # recorded as a run whose runner died: ABORT, with its trace
-        print(f"roar-core: warning: cannot write the run's end in {session}: "
-              f"{e.strerror or e}", file=sys.stderr)
-    return rc, session, collector
+    status, error = _outcome(rc)
+    fd = begun.log.ended(begun.run_id, status, error=error, exit_code=rc, captured=captured,
+                         wait=roar is not None)
+    if not begun.log.ok:  # recorded as a run whose runner died: ABORT, with its trace
+        print(f"roar-core: warning: cannot write the run's end in {begun.log.path}",
+              file=sys.stderr)
+    return Ran(rc, begun, read, fd)
+
+
+def _outcome(rc: int) -> tuple[str, str | None]:
+    if rc == 0:
+        return "COMPLETE", None
+    return "FAIL", how_it_ended(rc).replace("exit ", "exit code ", 1)
+
+
+def _capture(cfg: Config, begun: Begun, records: list, roar: Any) -> dict:
+    """The run's file versions, taken now that its command has ended and before `roar-core
+    run` returns to the shell: the next command may rewrite or delete them at once, and
+    the recorder, running later, must record what this one left (roar_core.capture)."""
+    from roar_core import capture
+    from roar_core.tracelog import LINEAGE_OPS
+
+    if not any(r.op in LINEAGE_OPS for r in records):
+        return capture.to_dict(capture.Capture(capture.TaskIO()))  # nothing to hash (`true`)
+    if roar is not None:
+        rec = roar.recorder
+        return capture.to_dict(capture.capture(records, rec.keep, rec.hasher,
+                                               progress=rec.progress))
+    from roar_core.classification import PathFilter
+
+    with capture.hasher_for(cfg, stat_cache=begun.directory == cfg.sessions_dir) as hasher:
+        return capture.to_dict(capture.capture(records, PathFilter.for_config(cfg), hasher))
+
+
+def hand_off(cfg: Config, directory: Path | None = None) -> None:
+    """Have the recorder of the home's sessions directory record what is there (started if
+    none runs), with this configuration; and that of the spare directory, where runs wait
+    that were made while the home could not be written."""
+    from roar_core.recording import recorder
+
+    for d in [directory] if directory is not None else log_dirs(cfg):
+        if d != cfg.sessions_dir and not tasklog.log_paths(d):
+            continue
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            recorder.write_settings(d, cfg, idle_exit_s=RECORDER_IDLE_S, replace=True)
+            recorder.ensure(d)
+        except OSError as e:
+            print(f"roar-core: warning: cannot start the recorder in {d}: {e.strerror or e}",
+                  file=sys.stderr)
+
+
+def pending(cfg: Config) -> list[tuple[Path, tasklog.Outstanding]]:
+    """Runs ended (or whose runner died) and not recorded yet, with their directory."""
+    return [(base, t) for base in log_dirs(cfg) for t in tasklog.outstanding(base)
+            if t.ended or t.dead]
+
+
+def failures(cfg: Config) -> list[tuple[str, str]]:
+    """Runs whose last attempt to be recorded failed, and why (for `doctor`)."""
+    return [(t.run_id, t.error) for _, t in pending(cfg) if t.error]
 
 
 @dataclass
 class RunResult:
     returncode: int  # as subprocess reports it: < 0 means killed by that signal
-    recorded: object | None  # recorder.RecordedTask of this run
+    recorded: tasklog.Result | None  # what the recorder said of this run
     error: str | None  # why its lineage could not be recorded (the command still ran)
+    run_id: str | None = None
 
 
 def how_it_ended(returncode: int) -> str:
@@ -123,25 +306,25 @@ def how_it_ended(returncode: int) -> str:
 
 
 def run_detached(cfg: Config, argv: list[str], job_name: str | None = None) -> int:
-    """`roar-core run`: the command, then a detached recorder does the rest.  The command
-    runs whatever state the roar home is in: a session that cannot go there waits in the
-    spare directory (handoff.begin) for a home that can be written."""
-    rc, session, _ = run(cfg, argv, job_name)
-    if session is None:
-        return rc
-    info = handoff.read_runner(session)
-    if session.parent == cfg.sessions_dir:
-        handoff.spawn_recorder(cfg)
-        print(f"roar-core: job {info.job_name}, run {info.run_id} ({how_it_ended(rc)}): "
-              f"recording in the background; `roar-core show {info.run_id}` waits for it",
-              file=sys.stderr)
-        failed = handoff.failures(cfg)
+    """`roar-core run`: the command, then the recorder process does the rest.  The command
+    runs whatever state the roar home is in: a run that cannot go there waits in the
+    spare directory (`begin`) for a home that can be written."""
+    ran = run(cfg, argv, job_name)
+    begun = ran.begun
+    if begun is None:
+        return ran.returncode
+    if begun.directory == cfg.sessions_dir:
+        hand_off(cfg)
+        print(f"roar-core: job {begun.job_name}, run {begun.run_id} "
+              f"({how_it_ended(ran.returncode)}): recording in the background; "
+              f"`roar-core show {begun.run_id}` waits for it", file=sys.stderr)
+        failed = failures(cfg)
         if failed:  # the background recorder's failures are said where someone looks
             print(f"roar-core: warning: {len(failed)} earlier run(s) not recorded yet, kept "
                   f"to retry: {failed[-1][1]}", file=sys.stderr)
-    if not info.traced:
-        print(f"roar-core: UNTRACED: {info.untraced_reason}", file=sys.stderr)
-    return rc
+    if not begun.traced:
+        print(f"roar-core: UNTRACED: {begun.untraced_reason}", file=sys.stderr)
+    return ran.returncode
 
 
 def run_untraced(argv: list[str]) -> int:
@@ -175,15 +358,35 @@ def main_fast(job_name: str | None, argv: list[str]) -> None:
 
 
 def run_command(roar, argv: list[str], job_name: str | None = None) -> RunResult:
-    """Run and record in this process (the API, `run --wait`)."""
-    rc, session, collector = run(roar.config, argv, job_name, tail=True)
-    if session is None:
-        return RunResult(rc, None, "no session could be written (see above)")
-    run_id = handoff.read_runner(session).run_id
-    read = {session: collector} if collector is not None else None
-    mine = [r for r in handoff.drain(roar, collected=read) if r.meta.run_id == run_id]
-    return RunResult(rc, mine[0] if mine else None,
-                     None if mine else "the recorder could not record this run (see above)")
+    """Run and record (the API, `run --wait`): in this process, or by the directory's
+    recorder when one is running."""
+    from roar_core.recording import recorder
+
+    ran = run(roar.config, argv, job_name, roar=roar)
+    begun = ran.begun
+    if begun is None:
+        return RunResult(ran.returncode, None, "no session could be written (see above)")
+    log, run_id = begun.log, begun.run_id
+    given = {run_id: ran.read} if ran.read is not None else None
+    try:
+        while log.results.get(run_id) is None:
+            if recorder.drain(roar, begun.directory, given=given) is not None:
+                log.read_results()
+                break
+            log.wait_for(run_id, ran.wait_fd, 0.25, keep=True)  # a recorder is at it
+    finally:
+        log.done_waiting(run_id, ran.wait_fd)
+    answer = log.results.get(run_id)
+    if answer is not None and answer.get("ok") and all(log.results.values()):
+        _drop_log(begun.directory)  # every run it holds is recorded
+        try:
+            os.unlink(log.path)
+        except OSError:
+            pass
+    if not answer or not answer.get("ok"):
+        why = (answer or {}).get("error") or "the recorder could not record this run"
+        return RunResult(ran.returncode, None, f"{why} (kept, to retry)", run_id)
+    return RunResult(ran.returncode, tasklog.Result(answer), None, run_id)
 
 
 def exit_like(returncode: int, *, finalize: bool = True) -> None:

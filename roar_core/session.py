@@ -49,7 +49,7 @@ def new_session_dir(config: Config, name: str | None = None, *,
 # not used yet: nothing shows whether a shell still means to start a worker with it.
 STALE_AFTER_S = 3600.0
 OWNER_LOCK = "owner.lock"
-# `roar-core run`'s sessions kept while its home could not be written (handoff.spare_dir):
+# `roar-core run`'s sessions kept while its home could not be written (runner.spare_dir):
 # not stale, whatever their age, until recorded.
 SPARE_PREFIX = "unrecorded-"
 

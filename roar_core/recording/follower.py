@@ -30,6 +30,7 @@ from roar_core.recording.tasklog import (
     poke,
     process_alive,
 )
+from roar_core.session import SessionCollector
 from roar_core.store_records import StoreError
 
 if TYPE_CHECKING:
@@ -41,6 +42,10 @@ log = logging.getLogger(__name__)
 _OPEN_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
 RETRY_S = 5.0  # a task that could not be recorded is tried again after this, doubling
 RETRY_MAX_S = 300.0
+# Tasks' events between the store's commit and the spool's sync: a recorder killed in
+# between leaves them for the next one to send (storing the task again would fail, and a
+# task stored without its events would never be sent).
+STAGED = "recorder.staged"
 
 
 def _died(j: TaskLogFile, entry: Entry, lifetime_status: str) -> TaskOutcome:
@@ -63,6 +68,8 @@ def result_of(r: RecordedTask) -> dict:
 
     lineage = lineage_of(r.meta, r.outcome, r.inputs, r.outputs)
     return {"ok": True, "status": r.outcome.status, "error": None,
+            "run_id": r.meta.run_id, "job_name": r.meta.job_name, "traced": r.meta.traced,
+            "untraced_reason": r.meta.untraced_reason, "dropped": r.outcome.dropped,
             "inputs": [asdict(d) for d in r.inputs], "outputs": [asdict(d) for d in r.outputs],
             "task": asdict(lineage.task) if lineage.task else None,
             "io": asdict(lineage.io) if lineage.io else None}
@@ -124,12 +131,14 @@ class Follower:
                  lifetime_status: Callable[[], str] = lambda: "ABORT",
                  alive: Callable[[int, int], bool] = process_alive,
                  sync_every: float = 0.0, order: CausalOrder | None = None,
-                 hold_start_s: float = 0.0):
+                 hold_start_s: float = 0.0, given: dict[str, tuple] | None = None):
         """`sync_every`: while passes keep finding tasks, sync the spool at most this often
         (seconds; 0: after every pass).  An idle pass, and `sync()`, sync at once.
         `order`: other recorders of the same workflow run (other nodes) to keep behind.
-        `hold_start_s`: how long a task's START may wait to go in with its end."""
+        `hold_start_s`: how long a task's START may wait to go in with its end.  `given`:
+        run id -> a collector that read that task's own session while it ran."""
         self.roar = roar
+        self.given = dict(given or {})
         self.hold_start_s = hold_start_s
         self.order = order
         # The earliest end among the tasks the last pass held back for `order` (None:
@@ -155,6 +164,8 @@ class Follower:
         # directory's lock until it died, and we hold it now).
         self._born_mono = time.monotonic_ns()
         self._unopened = 0  # logs listed whose header was not complete yet
+        self._staged_fd = -1
+        self._restaged = self._read_staged()  # run id -> events a killed recorder staged
 
     def poll(self) -> int:
         """One pass; returns how many tasks it recorded (lineage, not STARTs).  Everything
@@ -169,6 +180,7 @@ class Follower:
         done = 0
         try:
             done = self._pass(followed)
+            self._restaged.clear()  # the first pass took what it could
         finally:
             for f in followed:
                 self._unsynced[f.tasklog.path] = f
@@ -177,11 +189,62 @@ class Follower:
                 self.sync()
         return done
 
+    def forget_rows(self) -> None:
+        """The store may have changed (new settings): look for workflow rows again."""
+        self._workflow_rows.clear()
+
+    def _read_staged(self) -> dict[str, list]:
+        try:
+            data = (self.directory / STAGED).read_bytes()
+        except OSError:
+            return {}
+        import orjson
+
+        staged = {}
+        for raw in data.splitlines(keepends=True):
+            if not raw.endswith(b"\n"):
+                break  # cut short by a kill: its tasks were not committed
+            try:
+                d = orjson.loads(raw)
+                staged[d["r"]] = d["ev"]
+            except (ValueError, KeyError, TypeError):
+                continue
+        return staged
+
+    def _stage(self, tasks: list[tuple[str, list]]) -> None:
+        """Keep tasks' events, before the store commits them, until the spool is synced
+        (an error here fails the commit: the tasks are tried again)."""
+        if self.roar.spool is None:
+            return  # no events of ours (the engine's integration sends them)
+        import orjson
+
+        data = b"".join(orjson.dumps({"r": run_id, "ev": events}) + b"\n"
+                        for run_id, events in tasks)
+        if self._staged_fd < 0:
+            self._staged_fd = os.open(self.directory / STAGED,
+                                      os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+                                      0o644)
+        os.write(self._staged_fd, data)
+
+    def close(self) -> None:
+        """Let go of the files it holds open (call `sync` first)."""
+        for f in self._files.values():
+            f.close()
+        if self._staged_fd >= 0:
+            os.close(self._staged_fd)
+            self._staged_fd = -1
+
+    def _unstage(self) -> None:
+        """The staged events are in the spool (written: a kill keeps them)."""
+        if self._staged_fd >= 0:
+            os.ftruncate(self._staged_fd, 0)
+
     def sync(self) -> None:
         """Make what the passes since the last sync spooled durable, then mark it."""
         window, self._window = self._window, None
         if window is not None:
             window.close()
+        self._unstage()  # (those a killed recorder staged: sent again by the first pass)
         unsynced, self._unsynced = list(self._unsynced.values()), {}
         self._urgent = False
         for f in unsynced:
@@ -193,6 +256,13 @@ class Follower:
         for f in unsynced:
             if f.done and self._files.get(f.tasklog.path) is f:
                 self._forget(f)
+        if not self._files and self._staged_fd >= 0:  # nothing left to follow
+            os.close(self._staged_fd)
+            self._staged_fd = -1
+            try:
+                os.unlink(self.directory / STAGED)
+            except OSError:
+                pass
 
     def _pass(self, followed: list[_Followed]) -> int:
         ready: list[tuple[_Followed, Entry, TaskOutcome]] = []
@@ -251,7 +321,8 @@ class Follower:
             except Exception as e:  # its task is recorded anyway (the store says why not)
                 log.error("roar: workflow run of task %s not stored: %s", entry.meta.job_name, e)
             if entry.records is None:  # taken once: a retry records the same
-                entry.records, entry.dropped = f.events(entry)
+                entry.records, entry.dropped = f.events(entry,
+                                                        self.given.pop(entry.meta.run_id, None))
                 outcome.dropped += entry.dropped
             tasks.append((f, entry, EndedTask(entry.meta, outcome, entry.records,
                                               start=not entry.started)))
@@ -259,7 +330,9 @@ class Follower:
             try:
                 for _, entry, task in tasks:
                     task.captured = self._captured(entry, task)
-                recorded = self.roar.recorder.record_many([task for _, _, task in tasks])
+                recorded = self.roar.recorder.record_many([task for _, _, task in tasks],
+                                                          before_commit=self._stage)
+                self._unstage()
             except Exception as e:  # nothing of them stored: one by one, to lose none
                 log.info("roar: %d tasks not recorded at once (%s); one by one",
                          len(tasks), e)
@@ -272,8 +345,8 @@ class Follower:
     def _recorded_before(self, f: _Followed, entry: Entry) -> bool:
         """Was the task recorded by a recorder that died before marking it?  Only a task
         the log held when this follower first read it can have been: the lock kept any
-        other recorder out since.  Its events were spooled with its commit (a kill keeps
-        what was written), so it is only marked."""
+        other recorder out since.  Its events, staged before its commit, are spooled (again:
+        they may have been), and it is marked."""
         if entry.meta.run_id not in f.inherited:
             return False
         f.inherited.discard(entry.meta.run_id)
@@ -281,6 +354,12 @@ class Follower:
         if stored is None or stored.status == "RUNNING":
             return False
         entry.started = True
+        events = self._restaged.pop(entry.meta.run_id, None)
+        if events and self.roar.spool is not None:  # staged, maybe not spooled: sent now
+            from roar_core.emission import Event
+
+            for event in events:
+                self.roar.recorder.emit(Event(event))
         # What this recorder can say without the predecessor's answer.
         self._recorded(f, entry, {"ok": True, "status": stored.status, "error": None,
                                   "inputs": [], "outputs": [],
@@ -458,16 +537,21 @@ class Follower:
         result = None
         try:
             task.captured = self._captured(entry, task)
+            run_id = entry.meta.run_id
             try:
-                result = self.roar.recorder.record(task.meta, task.outcome, task.records,
-                                                   captured=task.captured, start=task.start)
+                result = self.roar.recorder.record(
+                    task.meta, task.outcome, task.records, captured=task.captured,
+                    start=task.start, before_commit=lambda ev: self._stage([(run_id, ev)]))
+                self._unstage()
             except StoreError:
                 # Its START may be stored already: by a follower that died before marking
                 # it in the journal.  Else the error stands.
                 if entry.started or self.roar.store.task_run(entry.meta.run_id) is None:
                     raise
-                result = self.roar.recorder.record(task.meta, task.outcome, task.records,
-                                                   captured=task.captured)
+                result = self.roar.recorder.record(
+                    task.meta, task.outcome, task.records, captured=task.captured,
+                    before_commit=lambda ev: self._stage([(run_id, ev)]))
+                self._unstage()
         except Exception as e:  # kept and tried again later; never the follower's end
             if not entry.started:
                 self._start(f, entry)  # its START at least, as a task that began
@@ -521,7 +605,6 @@ class Follower:
 
 class _Followed:
     def __init__(self, tasklog: TaskLogFile, directory: Path, headers: dict | None = None):
-        from roar_core.session import SessionCollector
 
         self.tasklog = tasklog
         # Tasks not marked recorded when first read: a recorder that died may have stored
@@ -539,16 +622,28 @@ class _Followed:
         self.unstarted: dict[str, Entry] = {}  # begun, START not recorded (held)
         self.own_dirs: list[str] = []  # tasks' own tracer sessions, recorded
 
-    def events(self, entry: Entry) -> tuple[list, int]:
+    def events(self, entry: Entry, read: tuple | None = None) -> tuple[list, int]:
         """The task's tracer records (and how many were lost): from its own session
-        when it has one (read whole: its processes are done), else by its tag."""
+        when it has one (read whole: its processes are done; `read`: (events, logs read,
+        errors) of it, read by its producer), else by its tag."""
         if entry.own_dir:
-            from roar_core.session import SessionCollector
-
-            own = SessionCollector(self.collector.directory / entry.own_dir)
-            own.collect(settle=True)
-            t = own.take(entry.meta.run_id)
-            own.close()
+            if read is None:
+                own = SessionCollector(self.collector.directory / entry.own_dir)
+                own.collect(settle=True)
+                # Every process there is the task's (a runner's command tags only its
+                # first: one that clears its environment is the task's all the same).
+                read = (own.take_all(), own.logs_read, own.errors)
+                own.close()
+            t, logs_read, errors = read
+            for err in errors:
+                log.warning("roar: task %s: %s", entry.meta.job_name, err)
+            t.dropped += len(errors)
+            if entry.meta.traced and logs_read == 0 and not errors:
+                program = (entry.meta.command or [entry.meta.job_name])[0]
+                entry.meta.traced = False
+                entry.meta.untraced_reason = (
+                    f"{program} left no trace: a static or setuid program, or the loader "
+                    "refused the preload library")
         else:
             t = self.collector.take(entry.meta.run_id)
         records = t.records
@@ -609,4 +704,5 @@ def recover(roar: Roar, directory: str | os.PathLike, *,
         follower._workflows(f, starting=False)
         follower._unsynced[path] = f
     follower.sync()  # marked, and removed once all it left is recorded
+    follower.close()
     return done

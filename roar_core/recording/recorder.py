@@ -55,28 +55,44 @@ def running(directory: Path) -> bool:
 
 def write_settings(directory: Path, cfg, internal: list[str] | tuple[str, ...] = (),
                    order: str | None = None, idle_exit_s: float = IDLE_EXIT_S,
-                   waited: bool = False) -> None:
+                   waited: bool = False, replace: bool = False) -> None:
     """What the directory's recorder records with, unless a producer said it first: the
     configuration, roar-internal directories (never lineage), for a workflow run
     recorded on several nodes its run id (`order`: keep the nodes' events causal), how
     long it waits for a new producer once all are done, and whether producers wait for
-    it (`waited`: it runs at their priority, not below it)."""
+    it (`waited`: it runs at their priority, not below it).  `replace`: these settings
+    win over different ones written before (the CLI's directory, one per home, whose
+    configuration the user may change between two runs); a running recorder takes them
+    up at its next pass."""
     from roar_core import config
 
     path = directory / SETTINGS
-    if path.exists():
+    if path.exists() and not replace:
         return
     data = {"root": str(cfg.project_root), "config": config.values(cfg),
             "internal": [os.fspath(p) for p in internal], "order": order,
             "idle_exit_s": idle_exit_s, "waited": waited}
+    text = json.dumps(data)
+    if replace:
+        try:
+            if path.read_text() == text:
+                return
+        except (OSError, UnicodeError):
+            pass
     tmp = directory / f".{SETTINGS}.{os.getpid()}.{threading.get_ident()}"
-    tmp.write_text(json.dumps(data))
+    tmp.write_text(text)
     try:
-        os.link(tmp, path)  # the first producer's settings win; never half-written
+        if replace:
+            os.replace(tmp, path)  # never half-written
+        else:
+            os.link(tmp, path)  # the first producer's settings win; never half-written
     except FileExistsError:
         pass
     finally:
-        tmp.unlink()
+        try:
+            tmp.unlink()
+        except FileNotFoundError:
+            pass
 
 
 def read_settings(directory: Path) -> dict[str, Any]:
@@ -154,21 +170,40 @@ def open_roar(directory: Path, settings: dict[str, Any] | None = None, send: boo
 
 def record_here(directory: Path, lifetime_status: str = "ABORT") -> int:
     """A producer's last resort, with no recorder possible: record, in this process, what
-    the closed or dead producers of `directory` left.  Takes the recorder's lock (a
-    recorder starting meanwhile waits its turn); returns how many tasks."""
+    the producers of `directory` left (with the directory's settings).  Waits for a
+    recorder that holds the directory to exit; returns how many tasks."""
+    roar = open_roar(directory)
+    try:
+        return drain(roar, directory, blocking=True, lifetime_status=lifetime_status) or 0
+    finally:
+        roar.close(timeout=0)
+
+
+def drain(roar, directory: Path, *, blocking: bool = False, lifetime_status: str = "ABORT",
+          given: dict | None = None) -> int | None:
+    """Record in this process, with `roar`, every task of `directory` that has ended (and
+    what dead producers left): a reader that needs all recorded now, or a producer that
+    records its own task (`roar-core run --wait`: `given` run id -> the collector that read
+    its session).  None when a recorder holds the directory (`blocking`: wait for it to
+    exit instead); else how many tasks were recorded."""
     from roar_core.recording.follower import Follower
 
-    lock = os.open(directory / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        roar = open_roar(directory)
+        lock = os.open(directory / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except FileNotFoundError:
+        return 0  # no directory: nothing to record
+    try:
         try:
-            follower = Follower(roar, directory, lifetime_status=lambda: lifetime_status)
-            done = follower.poll()
-            follower.sync()
+            fcntl.flock(lock, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            return None
+        follower = Follower(roar, directory, lifetime_status=lambda: lifetime_status,
+                            given=given)
+        try:
+            return follower.poll()
         finally:
-            roar.close(timeout=0)
-        return done
+            follower.sync()
+            follower.close()
     finally:
         os.close(lock)
 
@@ -211,9 +246,18 @@ def main(argv: list[str]) -> int:
     next_send = next_mark = 0.0
     total = 0
     idle_exit_s = float(settings.get("idle_exit_s") or IDLE_EXIT_S)
+    settings_id = _file_id(directory / SETTINGS)
     try:
         while True:
             tasklog.drain_fifo(wake)
+            if _file_id(directory / SETTINGS) != settings_id:
+                # A producer changed the settings (the CLI's, its configuration): what
+                # ended from now on is recorded with them.
+                follower.sync()
+                roar.close(timeout=0)
+                settings_id = _file_id(directory / SETTINGS)
+                roar = follower.roar = open_roar(directory)
+                follower.forget_rows()
             began = time.time()
             recorded = follower.poll()
             total += recorded
@@ -244,9 +288,12 @@ def main(argv: list[str]) -> int:
             select.select([wake], [], [], PASS_S)
     finally:
         follower.sync()
+        follower.close()
         os.close(status)
         if roar.spool is not None:
-            roar.spool.flush(30)
+            # No retrying: in an outage each recorder would wait the timeout out (and an
+            # engine that waits for it to exit with it); the next sender tries again.
+            roar.spool.flush(30, retry=False)
         if order is not None:
             order.advance(datetime.now(timezone.utc), done=True)
         roar.close(timeout=0)  # its events: flushed above, before the mark said so
@@ -254,6 +301,26 @@ def main(argv: list[str]) -> int:
             cpu = os.times()
             print(f"roar recorder: {total} tasks, {cpu.user + cpu.system:.3f} s CPU "
                   f"({cpu.user:.3f} user)", file=sys.stderr)
+        os.close(lock)
+        # A producer that began while we held the lock found a recorder running and
+        # started none: look again now that it is released.
+        if _left_over(directory):
+            ensure(directory)
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+def _left_over(directory: Path) -> bool:
+    """Work in `directory` for a recorder: a task not recorded that no recorder has
+    failed on yet, or a live producer."""
+    live: list[Path] = []
+    return any(t.error is None for t in tasklog.outstanding(directory, live)) or bool(live)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ its tag marks in the directory's logs.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -155,12 +156,13 @@ class TaskLog:
     """This process's task log (thread-safe: every line is a single O_APPEND write)."""
 
     def __init__(self, directory: str | os.PathLike, common: dict[str, Any] | None = None,
-                 *, wake: bool = False, results: bool = False):
+                 *, wake: bool = False, results: bool = False, warn: bool = True):
         """`common`: log-form TaskMeta fields shared by every task of this process,
         written once (a task's own fields win).  `wake`: wake the recorder at each task's
         end instead of letting it find the task at its next pass (tens of ms later).
         `results`: the recorder marks every task with what it recorded (`Result`), not
-        only those waited for."""
+        only those waited for.  `warn=False`: a line that cannot be written is not
+        logged (the caller checks `ok` and says what it does about it)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
@@ -173,7 +175,8 @@ class TaskLog:
         self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
                            0o644)
         self._wake = wake
-        self._failed = False
+        self._said = not warn  # a lost line is logged once
+        self._lost = False
         self._read_at = 0
         self.results: dict[str, dict | None] = {}  # run id -> what the recorder said
         # `mono`: the processes of its tasks start after it (their tracer logs are newer)
@@ -183,12 +186,20 @@ class TaskLog:
             head["results"] = 1
         self._write(head)
 
+    @property
+    def ok(self) -> bool:
+        """Every line so far was written (a full disk, a read-only mount: not)."""
+        return not self._lost
+
     def _write(self, entry: dict) -> None:
+        line = _line(entry)
         try:
-            os.write(self._fd, _line(entry))
+            if os.write(self._fd, line) != len(line):
+                raise OSError(errno.ENOSPC, "short write")
         except OSError as e:  # lineage must never fail the task; say it once
-            if not self._failed:
-                self._failed = True
+            self._lost = True
+            if not self._said:
+                self._said = True
                 log.warning("roar: cannot write the task log %s: %s (tasks are not "
                             "recorded)", self.path, e)
 
@@ -254,15 +265,19 @@ class TaskLog:
         except OSError:
             return None
 
-    def wait_for(self, key: str, fd: int | None, timeout: float | None) -> bool:
+    def wait_for(self, key: str, fd: int | None, timeout: float | None, *,
+                 keep: bool = False) -> bool:
         """Wait until the recorder pokes `fd` (from `ended`/`closed` with wait) or the
         timeout; then read its marks into `results`.  True when `key` (a run id, or this
-        log's name for `closed`) is recorded."""
+        log's name for `closed`) is recorded.  `keep`: the descriptor stays open, to wait
+        again (close it with `done_waiting`)."""
         try:
             if fd is not None:
                 select.select([fd], [], [], timeout)
+                if keep:
+                    drain_fifo(fd)
         finally:
-            if fd is not None:
+            if fd is not None and not keep:
                 os.close(fd)
                 try:
                     os.unlink(self.directory / f"{WAIT_PREFIX}{key}")
@@ -272,6 +287,15 @@ class TaskLog:
         if key == self.name:
             return bool(self.results) and all(r is not None for r in self.results.values())
         return self.results.get(key) is not None
+
+    def done_waiting(self, key: str, fd: int | None) -> None:
+        """Close a descriptor kept by `wait_for(keep=True)`."""
+        if fd is not None:
+            os.close(fd)
+            try:
+                os.unlink(self.directory / f"{WAIT_PREFIX}{key}")
+            except OSError:
+                pass
 
     def read_results(self) -> None:
         """The recorder's marks appended since the last read."""
@@ -339,6 +363,7 @@ class Entry:
     dropped: int = 0
     failures: int = 0  # attempts to record it that failed (it is kept and retried)
     retry_at: float = 0.0  # time.monotonic() of its next attempt
+    error: str | None = None  # why the last attempt failed, as marked in its log
 
 
 @dataclass
@@ -411,7 +436,7 @@ class TaskLogFile:
             try:
                 d = json.loads(raw)
                 if "b" in d:
-                    meta = meta_from_json({**self.common, **d["b"]})
+                    meta = meta_from_json({"host": self.host, **self.common, **d["b"]})
                     entry = self.entries[meta.run_id] = Entry(
                         meta, bool(d.get("lifetime")), own_dir=d.get("d"))
                     begun.append(entry)
@@ -426,6 +451,8 @@ class TaskLogFile:
                         entry.meta.pid = d["p"]
                     entry.shadow = tuple(d["sh"]) if d.get("sh") else None
                     entry.waited = bool(d.get("w"))
+                elif "fail" in d and d["fail"] in self.entries:
+                    self.entries[d["fail"]].error = d.get("m")
                 elif "started" in d and d["started"] in self.entries:
                     self.entries[d["started"]].started = True
                 elif "r" in d:
@@ -531,3 +558,55 @@ def log_paths(directory: str | os.PathLike) -> list[Path]:
 def task_logs(directory: str | os.PathLike) -> list[TaskLogFile]:
     """Every readable task log in a directory."""
     return [j for p in log_paths(directory) if (j := TaskLogFile.open(p)) is not None]
+
+
+@dataclass
+class Outstanding:
+    """A task of a log not recorded yet, as a light reading tells it (no TaskMeta made:
+    that imports the OpenLineage client, which `roar-core run` must not wait for)."""
+
+    run_id: str
+    ended: bool
+    dead: bool  # its producer is gone (or closed the log)
+    error: str | None  # why the recorder's last attempt failed
+
+
+def outstanding(directory: str | os.PathLike, live: list[Path] | None = None
+                ) -> list[Outstanding]:
+    """The tasks of the directory's logs (of this host) that are not recorded.  `live`:
+    given a list, the logs whose producers are alive and have not closed them are added
+    to it."""
+    host = socket.gethostname()
+    out = []
+    for path in log_paths(directory):
+        try:
+            lines = path.read_bytes().splitlines()
+            head = json.loads(lines[0])
+            if head["host"] != host:
+                continue
+            dead = not process_alive(int(head["pid"]), int(head["start"]))
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
+            continue
+        tasks: dict[str, Outstanding] = {}
+        for raw in lines[1:]:
+            try:
+                d = json.loads(raw)
+                if "b" in d:
+                    run_id = d["b"]["run_id"]
+                    tasks[run_id] = Outstanding(run_id, False, dead, None)
+                elif "e" in d and d["e"] in tasks:
+                    tasks[d["e"]].ended = True
+                elif "r" in d:
+                    tasks.pop(d["r"], None)
+                elif "fail" in d and d["fail"] in tasks:
+                    tasks[d["fail"]].error = d.get("m")
+                elif "closed" in d:
+                    dead = True
+            except (ValueError, KeyError, TypeError):
+                continue
+        for t in tasks.values():
+            t.dead = dead
+        out += tasks.values()
+        if live is not None and not dead:
+            live.append(path)
+    return out

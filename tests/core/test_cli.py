@@ -449,15 +449,16 @@ def test_flush_sends_the_backlog(tmp_path: Path) -> None:
     assert kinds == ["START", "COMPLETE"]
 
 
-def _recorders_of(root: Path) -> list[int]:
-    """Background recorder processes working for the project at `root` (/proc)."""
+def _recorders_of(home: Path) -> list[int]:
+    """Background recorder processes working for the roar home `home` (/proc)."""
     found = []
     for entry in Path("/proc").iterdir():
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"roar_core.handoff" in argv and os.fsencode(root) in argv:
+        if b"roar_core.recording.recorder" in argv and os.fsencode(
+                home / "sessions") in argv:
             found.append(int(entry.name))
     return found
 
@@ -473,9 +474,10 @@ def test_in_an_outage_background_recorders_do_not_linger(tmp_path: Path) -> None
     for i in range(3):
         assert cli("run", "--job", f"j{i}", "--", "true", env=down).returncode == 0
     deadline = time.monotonic() + 20
-    while _recorders_of(cli.cwd) and time.monotonic() < deadline:
+    home = Path(cli.env["ROAR_HOME"])
+    while _recorders_of(home) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _recorders_of(cli.cwd) == []
+    assert _recorders_of(home) == []
     assert re.search(r"^spool\s+warn\s+6 event\(s\) pending", cli("doctor", env=down)
                      .stdout.decode(), re.M)
     assert cli.ok("flush") == "sent 6, pending 0\n"  # the embedded file transport
@@ -549,24 +551,6 @@ def test_layout_and_tree_survive_cycles_and_name_clashes() -> None:
     lines = tree_lines(g, cwd=Path("/"))
     assert lines[0] == "d/in  blake3:aaaaaaaaaaaa" and len(lines) == 5
     assert any("(see above)" in line for line in lines)
-
-
-def test_pending_sessions_skip_one_recorded_meanwhile(tmp_path, monkeypatch) -> None:
-    # Another process's recorder removes a session between our listing and our stat.
-    from roar_core import config, handoff
-
-    cfg = config.load(cwd=tmp_path, env={}, home=str(tmp_path / "home"))
-    done = cfg.sessions_dir / "run-done"
-    done.mkdir(parents=True)
-    (done / handoff.DONE).write_text("{}")
-    real_glob = Path.glob
-
-    def glob_with_a_vanished_one(self, pattern):
-        yield from real_glob(self, pattern)
-        yield self / "run-recorded-meanwhile"
-
-    monkeypatch.setattr(Path, "glob", glob_with_a_vanished_one)
-    assert handoff.pending(cfg) == [done]
 
 
 def test_a_shell_script_run_is_named_by_its_first_command(tmp_path: Path) -> None:

@@ -10,11 +10,14 @@ from __future__ import annotations
 import os
 import random
 import shutil
+from datetime import datetime, timezone
 
 import pytest
 
-from roar_core import config, handoff, tracelog, tracer
+from roar_core import config, tracelog, tracer
 from roar_core.api import Roar
+from roar_core.recording import recorder
+from roar_core.recording.tasklog import Result, TaskLog
 from roar_core.session import run_traced
 
 VARIANTS = int(os.environ.get("ROAR_FUZZ_VARIANTS", "300"))
@@ -45,9 +48,9 @@ def made(tmp_path_factory: pytest.TempPathFactory):
     cfg = config.load(cwd=root, env={"ROAR_HOME": str(root / "home")})
     (root / "in.txt").write_text("data\n")
     argv = ["sh", "-c", "cat in.txt > a.txt; cat a.txt > b.txt; echo x > c.txt"]
-    session, info = handoff.begin(cfg, argv, "fuzzed", True)
-    assert run_traced(argv, session, info.run_id, cwd=root) == 0
-    handoff.end(session, 0)
+    session = root / "session"
+    session.mkdir()
+    assert run_traced(argv, session, "fuzzed", cwd=root) == 0
     logs = tracelog.read_session(session).logs
     # The first cat's log: it read in.txt (the shell's holds the redirections' opens).
     victim = next(log.path.name for log in logs
@@ -71,6 +74,25 @@ def _aimed(data: bytes) -> list[bytearray]:
     return [nul, long]
 
 
+def _record(roar: Roar, session, directory, run_id: str, damaged) -> Result:
+    """Record `session` as `roar-core run` leaves a run: its begin and end in a task log,
+    the session its own, one log replaced by `damaged` (name, bytes); returns what the
+    recorder answered."""
+    shutil.copytree(session, directory / "run")
+    (directory / "run" / damaged[0]).write_bytes(damaged[1])
+    log = TaskLog(directory, results=True)
+    try:
+        log.begun({"run_id": run_id, "engine": "cli", "namespace": "fuzz",
+                   "job_name": "fuzzed", "command": ["sh"],
+                   "started_at": datetime.now(timezone.utc).isoformat()}, own_dir="run")
+        log.ended(run_id, "COMPLETE", exit_code=0)
+        assert recorder.drain(roar, directory) == 1
+        log.read_results()
+        return Result(log.results[run_id])
+    finally:
+        log.close()
+
+
 def test_every_other_log_is_recorded_whatever_the_damage(made) -> None:
     cfg, root, session, victim = made
     roar = Roar(cfg)
@@ -78,19 +100,16 @@ def test_every_other_log_is_recorded_whatever_the_damage(made) -> None:
     aimed = _aimed((session / victim).read_bytes())
     try:
         for i in range(VARIANTS + len(aimed)):
-            d = cfg.sessions_dir / f"run-fuzz-{i}"
-            shutil.copytree(session, d)
-            log = d / victim
-            log.write_bytes(aimed[i - VARIANTS] if i >= VARIANTS else
-                            _damage(bytearray(log.read_bytes()), rng))
+            d = root / f"variant-{i}"
+            d.mkdir()
+            damaged = aimed[i - VARIANTS] if i >= VARIANTS else _damage(
+                bytearray((session / victim).read_bytes()), rng)
             # A fresh run id per variant: each is its own run in the store.
-            info = handoff.read_runner(d)
-            info.run_id = f"{info.run_id[:-4]}{i:04d}"
-            handoff._write_json(d / handoff.RUNNER, info.__dict__)
-            recorded = handoff._record_session(roar, d)
+            recorded = _record(roar, session, d, f"01900000-0000-7000-8000-{i:012d}",
+                               damaged=(victim, damaged))
             outputs = {o.name.rsplit("/", 1)[-1] for o in recorded.outputs}
             assert {"b.txt", "c.txt"} <= outputs, (i, outputs)
-            assert recorded.outcome.status == "COMPLETE"
+            assert recorded.status == "COMPLETE"
     finally:
         roar.close()
 
@@ -99,14 +118,13 @@ def test_a_log_with_a_broken_header_is_one_lost_event(made) -> None:
     cfg, root, session, victim = made
     roar = Roar(cfg)
     try:
-        d = cfg.sessions_dir / "run-fuzz-header"
-        shutil.copytree(session, d)
-        log = d / victim
-        data = bytearray(log.read_bytes())
+        data = bytearray((session / victim).read_bytes())
         data[0:8] = b"NOTALOG\0"
-        log.write_bytes(data)
-        recorded = handoff._record_session(roar, d)
+        d = root / "variant-header"
+        d.mkdir()
+        recorded = _record(roar, session, d, "01900000-0000-7000-8000-ffffffffffff",
+                           damaged=(victim, data))
         assert {"b.txt", "c.txt"} <= {o.name.rsplit("/", 1)[-1] for o in recorded.outputs}
-        assert recorded.outcome.dropped >= 1
+        assert recorded.data["dropped"] >= 1
     finally:
         roar.close()

@@ -55,9 +55,9 @@ def test_pipeline_events_validate_and_carry_digests(project):
     roar.spool.flush(10)
     evs = events(roar.config.home)
     for r in (r1, r2):
-        kinds = [e["eventType"] for e in evs if e["run"]["runId"] == r.recorded.meta.run_id]
+        kinds = [e["eventType"] for e in evs if e["run"]["runId"] == r.run_id]
         assert kinds == ["START", "COMPLETE"]
-    done = complete_of(evs, r2.recorded.meta.run_id)
+    done = complete_of(evs, r2.run_id)
     (inp,) = done["inputs"]
     (out,) = done["outputs"]
     assert inp["name"] == str(root / "raw.csv") and inp["namespace"] == "file"
@@ -74,7 +74,7 @@ def test_read_modify_write_input_is_the_previous_version(project):
     r2 = run_command(roar, ["python3", "-c", bump], "bump")
     roar.spool.flush(10)
     (first,) = r1.recorded.outputs
-    done = complete_of(events(roar.config.home), r2.recorded.meta.run_id)
+    done = complete_of(events(roar.config.home), r2.run_id)
     (inp,) = done["inputs"]
     (out,) = done["outputs"]
     assert inp["facets"]["version"]["datasetVersion"] == "blake3:" + first.digest
@@ -89,7 +89,7 @@ def test_copy_outside_roar_is_an_inferred_edge_not_a_rename(project):
     subprocess.run(["cp", "a.txt", "b.txt"], check=True)  # untraced: roar never saw it
     r = run_command(roar, ["bash", "-c", "wc -c < b.txt > n.txt"], "count")
     roar.spool.flush(10)
-    done = complete_of(events(roar.config.home), r.recorded.meta.run_id)
+    done = complete_of(events(roar.config.home), r.run_id)
     (inp,) = done["inputs"]
     # Published under the path read; the producer is reached through an inferred edge.
     assert inp["name"] == str(root / "b.txt") and "symlinks" not in inp["facets"]
@@ -108,11 +108,11 @@ def test_failing_command_emits_fail_with_partial_lineage(project):
     r = run_command(roar, ["bash", "-c", "echo half > part.txt; exit 3"], "broken")
     assert r.returncode == 3
     roar.spool.flush(10)
-    done = complete_of(events(roar.config.home), r.recorded.meta.run_id)
+    done = complete_of(events(roar.config.home), r.run_id)
     assert done["eventType"] == "FAIL"
     assert done["run"]["facets"]["errorMessage"]["message"] == "exit code 3"
     assert [o["name"] for o in done["outputs"]] == [str(root / "part.txt")]
-    assert roar.store.task_run(r.recorded.meta.run_id).status == "FAIL"
+    assert roar.store.task_run(r.run_id).status == "FAIL"
 
 
 def test_static_program_makes_the_lineage_say_untraced(project, tmp_path):
@@ -125,10 +125,10 @@ def test_static_program_makes_the_lineage_say_untraced(project, tmp_path):
     root, roar = project
     r = run_command(roar, ["bash", "-c", f"{exe}"], "opaque")
     roar.spool.flush(10)
-    done = complete_of(events(roar.config.home), r.recorded.meta.run_id)
+    done = complete_of(events(roar.config.home), r.run_id)
     facet = done["run"]["facets"]["roar_task"]
     assert facet["traced"] is False and str(exe) in facet["untracedReason"]
-    assert roar.store.task_run(r.recorded.meta.run_id).traced is False
+    assert roar.store.task_run(r.run_id).traced is False
 
 
 def test_secrets_in_argv_never_leave_in_events(project):

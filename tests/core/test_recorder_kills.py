@@ -1,15 +1,17 @@
-"""A background recorder killed at any point leaves a session that the next recorder
-finishes exactly once (issue 17, item 1).
+"""A background recorder killed at any point leaves a run that the next recorder
+finishes exactly once (issue 17, item 1; issue 21: the CLI's runs go through the task log
+and the recorder process every engine uses).
 
-`roar-core run` hands its session to a recorder; here that recorder is a real process
-running the real drain, killed by SIGKILL at one point of recording: before the store,
-inside its transaction, after its commit, between two events spooled, after the spool.
-Then the user's next command (`roar-core show`, which drains what is pending) and
-`roar-core flush` must leave the run stored once, ended, with its START and COMPLETE
-delivered."""
+`roar-core run` leaves its run to the recorder; here that recorder is a real process
+running the real loop, killed by SIGKILL at one point of recording: before the store,
+inside its transaction, after its commit, between two events spooled, after the spool's
+sync and before the run is marked recorded in its task log.  Then the user's next command
+(`roar-core show`, which records what is pending) and `roar-core flush` must leave the run
+stored once, ended, with its START and COMPLETE delivered."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -19,13 +21,14 @@ from pathlib import Path
 import blake3
 import pytest
 
-from roar_core import config, handoff
+from roar_core import config, runner
+from roar_core.recording import recorder, tasklog
 from tests.core.test_cli import make_cli
 
 KILLED_RECORDER = r"""
 import os, signal, sys
-from roar_core import config, handoff, spool, store
-from roar_core.api import Roar
+from roar_core import spool, store
+from roar_core.recording import follower, recorder
 
 def die(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGKILL)
@@ -53,16 +56,16 @@ elif point == "mid-spool":  # START spooled, COMPLETE not
             die()
         return appended(self, event)
     spool.Spool.append = second_dies
-elif point == "after-spool":  # both events spooled, the session not removed yet
-    handoff._unstage = die
+elif point == "after-spool":  # both events spooled and synced, the run not marked yet
+    follower._Followed.flush_marks = die
 elif point == "older-start":  # as a recorder of an older roar did: its START stored alone
-    from roar_core import recorder
+    from roar_core import recorder as core
 
     def start_alone(self, meta, *args, **kwargs):
         self.started(meta)
         die()
-    recorder.Recorder.record = start_alone
-handoff.drain(Roar(config.load()))
+    core.Recorder.record = start_alone
+recorder.main(sys.argv[2:])
 print("not killed")
 """
 
@@ -75,18 +78,20 @@ def test_the_next_recorder_finishes_the_run_exactly_once(tmp_path: Path, point: 
     cli = make_cli(tmp_path)
     cfg = config.load(cwd=cli.cwd, env=cli.env)
     (cli.cwd / "in.txt").write_text("data\n")
-    # Hold the recorders' lock: `run` hands off without starting one (one is at it).
-    held = handoff._lock(cfg, blocking=False)
-    assert held is not None
+    # Hold the recorder's lock: `run` leaves its run without starting one (one is at it).
+    cfg.sessions_dir.mkdir(parents=True)
+    held = os.open(cfg.sessions_dir / recorder.LOCK, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(held, fcntl.LOCK_EX)
     try:
         proc = cli("run", "--job", "copy", "--", "cp", "in.txt", "out.txt")
         assert proc.returncode == 0, proc.stderr
     finally:
         os.close(held)
-    assert len(handoff.pending(cfg)) == 1
+    assert len(runner.pending(cfg)) == 1
 
-    killed = subprocess.run([sys.executable, "-c", KILLED_RECORDER, point], cwd=cli.cwd,
-                            env=cli.env, capture_output=True, timeout=60)
+    killed = subprocess.run([sys.executable, "-c", KILLED_RECORDER, point,
+                             str(cfg.sessions_dir)], cwd=cli.cwd, env=cli.env,
+                            capture_output=True, timeout=60)
     assert killed.returncode == -9, killed.stdout + killed.stderr
 
     listing = cli("show")  # the next reader drains what is pending
@@ -96,7 +101,8 @@ def test_the_next_recorder_finishes_the_run_exactly_once(tmp_path: Path, point: 
     assert len(runs) == 1 and "COMPLETE" in runs[0], listing.stdout.decode()
     run_id = runs[0].split()[-1]
     assert f"{cli.cwd / 'out.txt'}  blake3:" in cli.ok("show", run_id)
-    assert handoff.pending(cfg) == [] and not list(cfg.sessions_dir.glob("*-run-*"))
+    assert runner.pending(cfg) == [] and not list(cfg.sessions_dir.glob("run-*"))
+    assert tasklog.log_paths(cfg.sessions_dir) == []
 
     assert cli.ok("flush").endswith("pending 0\n")
     events = Path(cli.env["ROAR_HOME"]) / "openlineage" / "events.jsonl"

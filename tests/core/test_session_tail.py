@@ -90,11 +90,11 @@ def test_run_wait_records_the_whole_trace_read_during_and_after(
     finally:
         roar.close(timeout=5)
     assert result.returncode == 0 and result.error is None
-    io = result.recorded.io
-    assert [os.path.basename(a.path) for a in io.inputs] == [b"in.txt"]
-    assert sorted(os.path.basename(a.path) for a in io.outputs) == [
-        b"a.txt", b"b1.txt", b"b2.txt", b"b3.txt", b"c.txt"]
-    assert result.recorded.outcome.dropped == 0
+    rec = result.recorded
+    assert [os.path.basename(d.name) for d in rec.inputs] == ["in.txt"]
+    assert sorted(os.path.basename(d.name) for d in rec.outputs) == [
+        "a.txt", "b1.txt", "b2.txt", "b3.txt", "c.txt"]
+    assert rec.data["dropped"] == 0
 
 
 def test_a_log_read_many_times_counts_its_lost_events_once(tmp_path: Path) -> None:
