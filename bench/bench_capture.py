@@ -30,7 +30,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
-from roar_core import config, handoff, tracer  # noqa: E402
+from roar_core import config, runner, tracer  # noqa: E402
+from roar_core.session import SessionCollector  # noqa: E402
 
 CFLAGS = ["-O2", "-std=gnu11", "-fvisibility=hidden", "-fno-strict-aliasing", "-shared",
           "-fPIC"]
@@ -127,12 +128,15 @@ def bench_capture(reps: int, tmp: Path, big: bool) -> None:
 
 
 def timed_capture(cfg: config.Config, tmp: Path, script: str, name: str, reps: int) -> float:
-    """Median seconds of `handoff.capture` of a fresh traced run of `script`, per rep."""
+    """Median seconds of the runner's capture (reading its session, classifying,
+    hashing) of a fresh traced run of `script`, per rep."""
     runs = []
     for rep in range(reps):
         work, session = traced_session(tmp, script, f"{name}-{rep}")
         t0 = time.perf_counter()
-        handoff.capture(cfg, session)
+        collector = SessionCollector(session)
+        collector.collect(settle=True)
+        runner.capture_now(cfg, collector.take_all().records)
         runs.append(time.perf_counter() - t0)
         shutil.rmtree(work)
         shutil.rmtree(session)

@@ -4,8 +4,8 @@
                                [--files 0,1000,5000] [--no-hash]
 
 1. Startup: `roar-core run -- true` vs `true`.  `roar-core run` exits when the command has
-   ended and hands the session to a background recorder; the time until that recorder
-   has stored the lineage is measured too (not part of the command's wall time, and the
+   ended and leaves the run to the recorder process; the time until that recorder has
+   stored the lineage is measured too (not part of the command's wall time, and the
    next sample starts only when it is done, so it never overlaps a timed run).
 2. The N-file workload end to end (trace + classify + hash + store + spool): `roar-core
    run --wait` (records in-process before exiting) vs untraced, N = 0, 1,000, 5,000,
@@ -53,16 +53,21 @@ def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> float:
 
 
 def wait_recorded(home: Path, timeout: float = 120.0) -> float:
-    """Seconds until the background recorder has no pending session and has exited."""
+    """Seconds until the background recorder has recorded the run (its task log is gone);
+    then, untimed, until it has exited (it waits a moment for a next run first), so that
+    it never shares the CPU with the next timed run."""
     sys.path.insert(0, str(ROOT))
-    from roar_core import config, handoff
+    from roar_core import config
+    from roar_core.recording import tasklog
 
     cfg = config.load(env={"ROAR_HOME": str(home)})
     t0 = time.perf_counter()
+    took = None
     while time.perf_counter() - t0 < timeout:
-        if not handoff.pending(cfg) and not handoff.recorder_running(cfg) \
-                and not background_recorders():
-            return time.perf_counter() - t0
+        if took is None and not tasklog.log_paths(cfg.sessions_dir):
+            took = time.perf_counter() - t0
+        if took is not None and not background_recorders():
+            return took
         time.sleep(0.005)
     raise SystemExit(f"the recorder did not finish within {timeout}s ({home})")
 
@@ -71,13 +76,13 @@ def wait_delivered(home: Path, timeout: float = 300.0) -> float:
     """Seconds until every spooled event of `home` is delivered (by the background sender
     `run --wait` hands a large backlog to) and no recorder process is left."""
     sys.path.insert(0, str(ROOT))
-    from roar_core import config, handoff, spoolfiles
+    from roar_core import config, spoolfiles
 
     cfg = config.load(env={"ROAR_HOME": str(home)})
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < timeout:
         if (not cfg.spool_dir.is_dir() or spoolfiles.pending_count(cfg.spool_dir) == 0) and \
-                not handoff.recorder_running(cfg) and not background_recorders():
+                not background_recorders():
             return time.perf_counter() - t0
         time.sleep(0.005)
     raise SystemExit(f"events were not delivered within {timeout}s ({home})")
@@ -90,7 +95,7 @@ def background_recorders() -> list[int]:
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
-                if b"roar_core.handoff" in (d / "cmdline").read_bytes():
+                if b"roar_core.recording.recorder" in (d / "cmdline").read_bytes():
                     pids.append(int(d.name))
             except OSError:
                 pass

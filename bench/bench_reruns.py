@@ -5,9 +5,9 @@
 A deterministic pipeline rerun daily writes the same bytes again and again: every version
 of its output has one digest.  One real `roar-core run` session (a shell reading in.txt
 into a.txt and b.txt) is recorded `--runs` times, each as a new run, through the
-background recorder's own path (handoff._record_session).  Printed: the median time to
-record one run among the first 100 and among the last 100, and their ratio (1.0: the
-cost does not grow with the store's history).
+recorder's own path (a task log with its begin and end, recorder.drain).  Printed: the
+median time to record one run among the first 100 and among the last 100, and their ratio
+(1.0: the cost does not grow with the store's history).
 """
 
 from __future__ import annotations
@@ -23,8 +23,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from roar_core import config, handoff  # noqa: E402
+from datetime import datetime, timezone  # noqa: E402
+
+from roar_core import config  # noqa: E402
 from roar_core.api import Roar  # noqa: E402
+from roar_core.recording import recorder  # noqa: E402
+from roar_core.recording.tasklog import TaskLog  # noqa: E402
 from roar_core.session import run_traced  # noqa: E402
 
 WINDOW = 100
@@ -40,22 +44,25 @@ def main() -> None:
         cfg = config.load(cwd=root, env={"ROAR_HOME": str(root / "home")})
         (root / "in.txt").write_text("the same content, every day\n" * 8)
         argv = ["sh", "-c", "cat in.txt > a.txt; cat in.txt > b.txt"]
-        session, info = handoff.begin(cfg, argv, "daily", True)
-        assert run_traced(argv, session, info.run_id, cwd=root) == 0
-        handoff.end(session, 0)
         template = root / "template"
-        shutil.move(session, template)
+        template.mkdir()
+        assert run_traced(argv, template, "daily", cwd=root) == 0
         roar = Roar(cfg, send=False)
         times = []
         try:
             for i in range(args.runs):
-                d = cfg.sessions_dir / f"run-{i}"
-                shutil.copytree(template, d)
-                run = handoff.read_runner(d)
-                run.run_id = f"{run.run_id[:-6]}{i:06d}"
-                handoff._write_json(d / handoff.RUNNER, run.__dict__)
+                d = root / "runs" / str(i)
+                shutil.copytree(template, d / "run")
+                log = TaskLog(d)
+                run_id = f"01900000-0000-7000-8000-{i:012d}"
+                log.begun({"run_id": run_id, "engine": "cli", "namespace": cfg.namespace,
+                           "job_name": "daily", "command": argv,
+                           "started_at": datetime.now(timezone.utc).isoformat()},
+                          own_dir="run")
+                log.ended(run_id, "COMPLETE", exit_code=0)
+                log.close()
                 t0 = time.perf_counter()
-                handoff._record_session(roar, d)
+                recorder.drain(roar, d)
                 times.append(time.perf_counter() - t0)
         finally:
             roar.close(timeout=0)

@@ -223,7 +223,8 @@ def run(cfg: Config, argv: list[str], job_name: str | None = None, *,
             collector.collect(settle=True)
             read = (collector.take_all(), collector.logs_read, list(collector.errors))
             collector.close()
-            captured = _capture(cfg, begun, read[0].records, roar)
+            captured = capture_now(cfg, read[0].records, roar,
+                                   stat_cache=begun.directory == cfg.sessions_dir)
         except Exception as e:  # the recorder takes the versions later, as best it can
             print(f"roar-core: warning: file versions not taken at the command's end: "
                   f"{type(e).__name__}: {e}", file=sys.stderr)
@@ -242,10 +243,13 @@ def _outcome(rc: int) -> tuple[str, str | None]:
     return "FAIL", how_it_ended(rc).replace("exit ", "exit code ", 1)
 
 
-def _capture(cfg: Config, begun: Begun, records: list, roar: Any) -> dict:
+def capture_now(cfg: Config, records: list, roar: Any = None, stat_cache: bool = True
+                ) -> dict:
     """The run's file versions, taken now that its command has ended and before `roar-core
     run` returns to the shell: the next command may rewrite or delete them at once, and
-    the recorder, running later, must record what this one left (roar_core.capture)."""
+    the recorder, running later, must record what this one left (roar_core.capture).
+    `roar`: with its hasher (and progress); else one of `cfg`'s, with its stat cache on
+    disk unless `stat_cache=False` (the home cannot be written)."""
     from roar_core import capture
     from roar_core.tracelog import LINEAGE_OPS
 
@@ -257,7 +261,7 @@ def _capture(cfg: Config, begun: Begun, records: list, roar: Any) -> dict:
                                                progress=rec.progress))
     from roar_core.classification import PathFilter
 
-    with capture.hasher_for(cfg, stat_cache=begun.directory == cfg.sessions_dir) as hasher:
+    with capture.hasher_for(cfg, stat_cache=stat_cache) as hasher:
         return capture.to_dict(capture.capture(records, PathFilter.for_config(cfg), hasher))
 
 
