@@ -3,11 +3,11 @@ file transport wrote (each validated against the official OpenLineage schemas)."
 
 from __future__ import annotations
 
-import contextlib
 import json
+import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 
 import blake3
@@ -15,6 +15,9 @@ import pytest
 
 from roar_core import config
 from roar_core.api import Roar
+from roar_core.ids import new_run_id
+from roar_core.recording.follower import Follower
+from roar_core.recording.tasklog import TaskLog
 from roar_core.runner import run_command
 from tests.olschema import validate_event
 
@@ -142,59 +145,53 @@ def test_secrets_in_argv_never_leave_in_events(project):
     assert "secretive" in text
 
 
-@contextlib.contextmanager
-def held_roar(root: Path, hold: float) -> Iterator[Roar]:
-    roar = Roar(config.load(cwd=root, env={}), hold_start_s=hold)
-    try:
-        yield roar
-    finally:
-        roar.close()
-
-
 def spooled_kinds(roar: Roar, run_id: str) -> list[str]:
     roar.spool.flush(10)
     return [e["eventType"] for e in events(roar.config.home) if e["run"]["runId"] == run_id]
 
 
+def _begun(log: TaskLog, job: str, workflow=None) -> tuple[str, datetime]:
+    run_id, started = new_run_id(), datetime.now(timezone.utc)
+    log.begun({"run_id": run_id, "engine": "test", "namespace": "test", "job_name": job,
+               "started_at": started.isoformat(),
+               "workflow": workflow and {"namespace": workflow.namespace,
+                                         "job_name": workflow.job_name,
+                                         "run_id": workflow.run_id}})
+    return run_id, started
+
+
 def test_a_short_task_is_started_and_ended_in_one_commit(project):
-    root, _ = project
-    with held_roar(root, hold=60) as roar:
-        wf = roar.start_workflow("wf", engine="test")
-        meta = roar.begin_task("wf.t", "test", workflow=wf)
-        assert roar.store.task_run(meta.run_id) is None  # held: nothing stored or sent yet
-        roar.end_task(meta, "COMPLETE", wait=True)
-        run = roar.store.task_run(meta.run_id)
-        assert (run.status, run.started_at) == ("COMPLETE", meta.started_at)
-        assert spooled_kinds(roar, meta.run_id) == ["START", "COMPLETE"]
-        start = [e for e in events(roar.config.home)
-                 if e["run"]["runId"] == meta.run_id and e["eventType"] == "START"]
-        assert start[0]["run"]["facets"]["parent"]["run"]["runId"] == wf.run_id
+    root, roar = project
+    wf = roar.start_workflow("wf", engine="test")
+    log = TaskLog(root / "tasks")
+    follower = Follower(roar, root / "tasks", hold_start_s=60)
+    run_id, started = _begun(log, "wf.t", wf)
+    assert follower.poll() == 0
+    assert roar.store.task_run(run_id) is None  # held: nothing stored or sent yet
+    log.ended(run_id, "COMPLETE")
+    assert follower.poll() == 1
+    run = roar.store.task_run(run_id)
+    assert (run.status, run.started_at) == ("COMPLETE", started)
+    assert spooled_kinds(roar, run_id) == ["START", "COMPLETE"]
+    start = [e for e in events(roar.config.home)
+             if e["run"]["runId"] == run_id and e["eventType"] == "START"]
+    assert start[0]["run"]["facets"]["parent"]["run"]["runId"] == wf.run_id
 
 
 def test_a_long_task_is_started_once_its_hold_is_over(project):
-    root, _ = project
-    with held_roar(root, hold=0.2) as roar:
-        meta = roar.begin_task("t", "test")
-        # The recorder thread stores the start, then spools its event: wait for both.
-        deadline = time.monotonic() + 10
-        while (roar.store.task_run(meta.run_id) is None
-               or not (roar.config.home / "openlineage" / "events.jsonl").exists()
-               or not spooled_kinds(roar, meta.run_id)) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert roar.store.task_run(meta.run_id).status == "RUNNING"
-        assert spooled_kinds(roar, meta.run_id) == ["START"]
-        roar.end_task(meta, "FAIL", error="boom", wait=True)
-        assert roar.store.task_run(meta.run_id).status == "FAIL"
-        assert spooled_kinds(roar, meta.run_id) == ["START", "FAIL"]
-
-
-def test_finalize_records_the_held_starts_of_running_tasks(project):
-    root, _ = project
-    with held_roar(root, hold=60) as roar:
-        meta = roar.begin_task("t", "test")
-        assert roar.finalize(timeout=10)
-        assert roar.store.task_run(meta.run_id).status == "RUNNING"
-        assert spooled_kinds(roar, meta.run_id) == ["START"]
+    root, roar = project
+    log = TaskLog(root / "tasks")
+    follower = Follower(roar, root / "tasks", hold_start_s=0.2)
+    run_id, _ = _begun(log, "t")
+    assert follower.poll() == 0 and roar.store.task_run(run_id) is None
+    time.sleep(0.25)
+    follower.poll()
+    assert roar.store.task_run(run_id).status == "RUNNING"
+    assert spooled_kinds(roar, run_id) == ["START"]
+    log.ended(run_id, "FAIL", error="boom")
+    assert follower.poll() == 1
+    assert roar.store.task_run(run_id).status == "FAIL"
+    assert spooled_kinds(roar, run_id) == ["START", "FAIL"]
 
 
 def test_an_output_hashed_after_its_task_ended_is_unknown_if_it_changed_since(project):
@@ -205,7 +202,7 @@ def test_an_output_hashed_after_its_task_ended_is_unknown_if_it_changed_since(pr
     import os
 
     from roar_core import tracer
-    from roar_core.recorder import TaskOutcome, now
+    from roar_core.recorder import TaskMeta, TaskOutcome, now
     from roar_core.session import SessionCollector
 
     root, roar = project
@@ -213,7 +210,7 @@ def test_an_output_hashed_after_its_task_ended_is_unknown_if_it_changed_since(pr
         pytest.skip(tracer.status().reason)
     session = root / "session"
     session.mkdir()
-    meta = roar.begin_task("late", "test")
+    meta = TaskMeta(new_run_id(), "test", "test", "late", now(), host=socket.gethostname())
     subprocess.run(["sh", "-c", "echo mine > kept.txt; echo mine > rewritten.txt"],
                    env=tracer.preload_env(session, tag=meta.run_id), check=True)
     ended = now()
@@ -225,7 +222,7 @@ def test_an_output_hashed_after_its_task_ended_is_unknown_if_it_changed_since(pr
     records = collector.take(meta.run_id).records
     outcome = TaskOutcome("COMPLETE", ended)
     late = roar.recorder.capture_late(meta, outcome, records)
-    roar.recorder.record(meta, outcome, records, captured=late)
+    roar.recorder.record(meta, outcome, records, captured=late, start=True)
     outs = {a.uri: a for a in roar.store.accesses_of(meta.run_id) if a.role == "output"}
     assert outs[str(root / "kept.txt")].digest == "blake3:" + b3(b"mine\n")
     late = outs[str(root / "rewritten.txt")]
