@@ -21,13 +21,16 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from roar_core import tracer
 from roar_core.config import Config
 from roar_core.recording import tasklog
 from roar_core.recording.tasklog import TaskLog
 from roar_core.session import SessionCollector, run_traced
+
+if TYPE_CHECKING:  # imported when a run touched files: not on `roar-core run true`'s path
+    from roar_core.capture import Capture
 
 RUN_PREFIX = "run-"  # a run's own tracer session, in the log's directory
 RECORDER_IDLE_S = 2.0  # the recorder waits this long for the next run before it exits
@@ -221,10 +224,15 @@ def run(cfg: Config, argv: list[str], job_name: str | None = None, *,
     if collector is not None:
         try:
             collector.collect(settle=True)
-            read = (collector.take_all(), collector.logs_read, list(collector.errors))
+            events = collector.take_all()
             collector.close()
-            captured = capture_now(cfg, read[0].records, roar,
-                                   stat_cache=begun.directory == cfg.sessions_dir)
+            taken = capture_now(cfg, events.records, roar,
+                                stat_cache=begun.directory == cfg.sessions_dir)
+            read = (events, collector.logs_read, list(collector.errors), taken)
+            if taken is not None:
+                from roar_core.capture import to_dict
+
+                captured = to_dict(taken)
         except Exception as e:  # the recorder takes the versions later, as best it can
             print(f"roar-core: warning: file versions not taken at the command's end: "
                   f"{type(e).__name__}: {e}", file=sys.stderr)
@@ -244,25 +252,25 @@ def _outcome(rc: int) -> tuple[str, str | None]:
 
 
 def capture_now(cfg: Config, records: list, roar: Any = None, stat_cache: bool = True
-                ) -> dict:
+                ) -> Capture | None:
     """The run's file versions, taken now that its command has ended and before `roar-core
     run` returns to the shell: the next command may rewrite or delete them at once, and
     the recorder, running later, must record what this one left (roar_core.capture).
     `roar`: with its hasher (and progress); else one of `cfg`'s, with its stat cache on
     disk unless `stat_cache=False` (the home cannot be written)."""
-    from roar_core import capture
     from roar_core.tracelog import LINEAGE_OPS
 
     if not any(r.op in LINEAGE_OPS for r in records):
-        return capture.to_dict(capture.Capture(capture.TaskIO()))  # nothing to hash (`true`)
+        return None  # nothing to hash (`true`): the recorder finds that too
+    from roar_core import capture
+
     if roar is not None:
         rec = roar.recorder
-        return capture.to_dict(capture.capture(records, rec.keep, rec.hasher,
-                                               progress=rec.progress))
+        return capture.capture(records, rec.keep, rec.hasher, progress=rec.progress)
     from roar_core.classification import PathFilter
 
     with capture.hasher_for(cfg, stat_cache=stat_cache) as hasher:
-        return capture.to_dict(capture.capture(records, PathFilter.for_config(cfg), hasher))
+        return capture.capture(records, PathFilter.for_config(cfg), hasher)
 
 
 def hand_off(cfg: Config, directory: Path | None = None) -> None:

@@ -364,6 +364,7 @@ class Entry:
     failures: int = 0  # attempts to record it that failed (it is kept and retried)
     retry_at: float = 0.0  # time.monotonic() of its next attempt
     error: str | None = None  # why the last attempt failed, as marked in its log
+    taken: Any = None  # its Capture, when its producer records it in-process (`captured`)
 
 
 @dataclass
