@@ -30,8 +30,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
-from roar_core import config, runner, tracer  # noqa: E402
-from roar_core.session import SessionCollector  # noqa: E402
+from roar_core import config  # noqa: E402
+from roar_core.cli import run as runner  # noqa: E402
+from roar_core.pipeline import tracer  # noqa: E402
+from roar_core.recording.sessions import SessionCollector  # noqa: E402
 
 CFLAGS = ["-O2", "-std=gnu11", "-fvisibility=hidden", "-fno-strict-aliasing", "-shared",
           "-fPIC"]

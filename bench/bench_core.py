@@ -76,7 +76,8 @@ def wait_delivered(home: Path, timeout: float = 300.0) -> float:
     """Seconds until every spooled event of `home` is delivered (by the background sender
     `run --wait` hands a large backlog to) and no recorder process is left."""
     sys.path.insert(0, str(ROOT))
-    from roar_core import config, spoolfiles
+    from roar_core import config
+    from roar_core.pipeline import spoolfiles
 
     cfg = config.load(env={"ROAR_HOME": str(home)})
     t0 = time.perf_counter()

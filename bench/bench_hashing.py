@@ -22,7 +22,7 @@ from pathlib import Path
 from blake3 import blake3
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from roar_core.hashing import Hasher, StatCache  # noqa: E402
+from roar_core.pipeline.hashing import Hasher, StatCache  # noqa: E402
 
 
 def seconds(fn) -> float:

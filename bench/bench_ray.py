@@ -161,7 +161,7 @@ class Bench:
             ray.shutdown()
 
     def _check_traced(self, home: Path) -> None:
-        from roar_core.store import Store
+        from roar_core.pipeline.store import Store
 
         a = self.args
         store = Store.open(home=home)

@@ -35,7 +35,7 @@ from pathlib import Path
 WORKER = textwrap.dedent('''
     import json, os, sys, time
     from datetime import datetime, timezone
-    from roar_core import tracer
+    from roar_core.pipeline import tracer
     from roar_core.recording import recorder
     from roar_core.recording.tasklog import TaskLog
     session, data, tasks, parallel, wait = (sys.argv[1], sys.argv[2], int(sys.argv[3]),
@@ -136,7 +136,8 @@ def main() -> None:
     ap.add_argument("--no-wait", action="store_true")
     args = ap.parse_args()
 
-    from roar_core import config, tracer
+    from roar_core import config
+    from roar_core.pipeline import tracer
     from roar_core.recording import recorder, tasklog
 
     root = Path(tempfile.mkdtemp(prefix="roar-bench-rec-"))

@@ -28,8 +28,8 @@ from datetime import datetime, timezone  # noqa: E402
 from roar_core import config  # noqa: E402
 from roar_core.api import Roar  # noqa: E402
 from roar_core.recording import recorder  # noqa: E402
+from roar_core.recording.sessions import run_traced  # noqa: E402
 from roar_core.recording.tasklog import TaskLog  # noqa: E402
-from roar_core.session import run_traced  # noqa: E402
 
 WINDOW = 100
 

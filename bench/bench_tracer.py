@@ -46,7 +46,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from roar_core import tracelog, tracer  # noqa: E402
+from roar_core.pipeline import tracelog, tracer  # noqa: E402
 
 FILES_N = (0, 500, 1000, 2000, 3000, 4000, 5000)
 RW_K = (400, 1600, 6400, 25600)

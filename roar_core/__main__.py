@@ -1,5 +1,5 @@
 """`python -m roar_core`: the same as the `roar-core` console script."""
 
-from roar_core.entry import main
+from roar_core.cli.entry import main
 
 main()

@@ -1,5 +1,5 @@
 """The core's entry point: one Roar per configuration holds the store, the spool, the
-hasher and the Recorder that stores a task and spools its events.
+hasher and the LineageWriter that stores a task and spools its events.
 
     roar = Roar()                                   # config from the standard chain
     wf = roar.start_workflow("my_dag", engine="airflow")
@@ -8,7 +8,7 @@ hasher and the Recorder that stores a task and spools its events.
     roar.close()
 
 Tasks reach it one way only: their producers' task logs, followed by the recorder process
-(roar_core.recording), which calls `roar.recorder`.
+(roar_core.recording), which calls `roar.writer`.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 
 from roar_core import config as config_mod
-from roar_core import emission
-from roar_core.classification import PathFilter
-from roar_core.hashing import Hasher, StatCache
-from roar_core.recorder import Recorder, now
-from roar_core.spool import Spool
-from roar_core.store import Store, StoreError, WorkflowRun
+from roar_core.pipeline import emission
+from roar_core.pipeline.classification import PathFilter
+from roar_core.pipeline.hashing import Hasher, StatCache
+from roar_core.pipeline.spool import Spool
+from roar_core.pipeline.store import Store, StoreError, WorkflowRun
+from roar_core.pipeline.writer import LineageWriter, now
 
 log = logging.getLogger("roar")
 
@@ -70,8 +70,8 @@ class Roar:
         self.hasher = Hasher(self.cache, workers=c.hash_workers or None, use_mmap=use_mmap,
                              native=c.native_hash)
         keep = PathFilter.for_config(c, internal)
-        self.recorder = Recorder(self.store, self.spool, self.hasher, keep, c.file_host, progress,
-                                 match_min_size=c.match_min_size)
+        self.writer = LineageWriter(self.store, self.spool, self.hasher, keep, c.file_host,
+                                    progress, match_min_size=c.match_min_size)
         self._engines: dict[str, emission.Engine] = {}  # workflow run -> its engine
 
     # ---- workflow runs ---------------------------------------------------------------
@@ -88,7 +88,7 @@ class Roar:
                                                   started, facets or {}))
         if engine_version is not None:
             self._engines[ref.run_id] = engine_version
-        self.recorder.emit(emission.workflow_start(emission.WorkflowLineage(
+        self.writer.emit(emission.workflow_start(emission.WorkflowLineage(
             namespace=ref.namespace, job_name=job_name, run_id=ref.run_id, event_time=started,
             engine=engine_version)))
         return ref
@@ -105,7 +105,7 @@ class Roar:
                                      engine=engine)
         make = {"COMPLETE": emission.workflow_complete, "FAIL": emission.workflow_fail,
                 "ABORT": emission.workflow_abort}[status]
-        self.recorder.emit(make(w))
+        self.writer.emit(make(w))
 
     def close(self, timeout: float = 10.0) -> None:
         if self.spool is not None:

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from sqlalchemy import Connection, bindparam, func, select
 
-from roar_core.store_schema import AccessRow, FileVersionRow, TaskRunRow
+from roar_core.pipeline.store_schema import AccessRow, FileVersionRow, TaskRunRow
 
 Direction = Literal["upstream", "downstream"]
 

@@ -19,7 +19,7 @@ ENGINE_IDS = {"engineTaskId", "nodeId"}  # the engine's own ids of a task and no
 
 
 def stream(home: Path, workdir: Path) -> dict[str, Any]:
-    from roar_core.store import Store
+    from roar_core.pipeline.store import Store
 
     wd = str(workdir)
     path = home / "openlineage" / "events.jsonl"
@@ -55,7 +55,7 @@ def task_lineage(events: list[dict], data: Path, home: Path) -> dict[str, Any]:
     """What roar adds to an engine's own events (Airflow's provider sends them): per task
     event, its inputs and outputs with their versions and roar's run facets (minus pids,
     hosts and times); and the store's runs with their accesses."""
-    from roar_core.store import Store
+    from roar_core.pipeline.store import Store
 
     wd = str(data)
     tmp = re.compile(re.escape(tempfile.gettempdir()) + r"/[^/]+")  # mkdtemp()'s names

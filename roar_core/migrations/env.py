@@ -1,8 +1,9 @@
 """Alembic environment for the roar store.
 
-`roar_core.store.Store.open` runs the migrations programmatically and hands over a connection
-that already holds the migration lock and an open transaction (see `store.py`); the command-line
-path (`alembic -c roar_core/alembic.ini -x url=...`) exists for developers writing revisions.
+`roar_core.pipeline.store.Store.open` runs the migrations programmatically and hands over a
+connection that already holds the migration lock and an open transaction (see `store.py`);
+the command-line path (`alembic -c roar_core/alembic.ini -x url=...`) exists for developers
+writing revisions.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
-from roar_core.store_schema import VERSION_TABLE, Base
+from roar_core.pipeline.store_schema import VERSION_TABLE, Base
 
 
 def _configure(connection) -> None:

@@ -21,7 +21,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from roar_core.attribution import UNATTRIBUTED
+from roar_core.pipeline.attribution import UNATTRIBUTED
+from roar_core.pipeline.store_records import StoreError
+from roar_core.recording.sessions import SessionCollector
 from roar_core.recording.tasklog import (
     WAIT_PREFIX,
     Entry,
@@ -30,13 +32,11 @@ from roar_core.recording.tasklog import (
     poke,
     process_alive,
 )
-from roar_core.session import SessionCollector
-from roar_core.store_records import StoreError
 
 if TYPE_CHECKING:
     from roar_core.api import Roar
-    from roar_core.capture import Capture
-    from roar_core.recorder import EndedTask, RecordedTask, TaskOutcome
+    from roar_core.pipeline.capture import Capture
+    from roar_core.pipeline.writer import EndedTask, RecordedTask, TaskOutcome
 
 log = logging.getLogger(__name__)
 _OPEN_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
@@ -49,7 +49,7 @@ STAGED = "recorder.staged"
 
 
 def _died(j: TaskLogFile, entry: Entry, lifetime_status: str) -> TaskOutcome:
-    from roar_core.recorder import TaskOutcome, now
+    from roar_core.pipeline.writer import TaskOutcome, now
 
     status = lifetime_status if entry.lifetime else "ABORT"
     outcome = TaskOutcome(status, now())
@@ -64,7 +64,7 @@ def result_of(r: RecordedTask) -> dict:
     """What a waiting producer is told of a recorded task (tasklog.Result reads it)."""
     from dataclasses import asdict
 
-    from roar_core.recorder import lineage_of
+    from roar_core.pipeline.writer import lineage_of
 
     lineage = lineage_of(r.meta, r.outcome, r.inputs, r.outputs)
     return {"ok": True, "status": r.outcome.status, "error": None,
@@ -312,7 +312,7 @@ class Follower:
         return done
 
     def _record_in_order(self, ready: list[tuple[_Followed, Entry, TaskOutcome]]) -> int:
-        from roar_core.recorder import EndedTask
+        from roar_core.pipeline.writer import EndedTask
 
         ordered = sorted(ready, key=lambda r: r[2].ended_at)
         self.held_from = None
@@ -338,7 +338,7 @@ class Follower:
             try:
                 for _, entry, task in tasks:
                     task.captured = self._captured(entry, task)
-                recorded = self.roar.recorder.record_many([task for _, _, task in tasks],
+                recorded = self.roar.writer.record_many([task for _, _, task in tasks],
                                                           before_commit=self._stage)
                 self._unstage()
             except Exception as e:  # nothing of them stored: one by one, to lose none
@@ -364,10 +364,10 @@ class Follower:
         entry.started = True
         events = self._restaged.pop(entry.meta.run_id, None)
         if events and self.roar.spool is not None:  # staged, maybe not spooled: sent now
-            from roar_core.emission import Event
+            from roar_core.pipeline.emission import Event
 
             for event in events:
-                self.roar.recorder.emit(Event(event))
+                self.roar.writer.emit(Event(event))
         # What this recorder can say without the predecessor's answer.
         self._recorded(f, entry, {"ok": True, "status": stored.status, "error": None,
                                   "inputs": [], "outputs": [],
@@ -403,7 +403,7 @@ class Follower:
         or only recorded outputs, never waits."""
         if entry.captured is None:
             return True  # what it read is unknown yet: as if it read such content
-        from roar_core.capture import input_digests
+        from roar_core.pipeline.capture import input_digests
 
         start = entry.meta.started_at
         return any(self.roar.store.producer_of(d, started_by=start) is None
@@ -463,7 +463,7 @@ class Follower:
         """Workflow runs the log began (`starting`: their starts, before their tasks'),
         or ended (after all their tasks the log holds: their events come last); a dead
         producer's open ones end ABORT."""
-        from roar_core import emission
+        from roar_core.pipeline import emission
 
         for run_id, w in list(f.tasklog.workflows.items()):
             if w.done:
@@ -517,8 +517,8 @@ class Follower:
         ref = meta.workflow
         if ref is None or ref.run_id in self._workflow_rows:
             return
-        from roar_core.recorder import now
-        from roar_core.store import WorkflowRun
+        from roar_core.pipeline.store import WorkflowRun
+        from roar_core.pipeline.writer import now
 
         store = self.roar.store
         if store.workflow_run(ref.run_id) is None:
@@ -533,7 +533,7 @@ class Follower:
     def _start(self, f: _Followed, entry: Entry) -> None:
         try:
             self._ensure_workflow(entry.meta)
-            self.roar.recorder.started(entry.meta)
+            self.roar.writer.started(entry.meta)
         except Exception as e:  # e.g. a restarted follower: the row is there already
             if self.roar.store.task_run(entry.meta.run_id) is None:
                 log.error("roar: START of task %s (%s) lost: %s", entry.meta.job_name,
@@ -547,7 +547,7 @@ class Follower:
             task.captured = self._captured(entry, task)
             run_id = entry.meta.run_id
             try:
-                result = self.roar.recorder.record(
+                result = self.roar.writer.record(
                     task.meta, task.outcome, task.records, captured=task.captured,
                     start=task.start, before_commit=lambda ev: self._stage([(run_id, ev)]))
                 self._unstage()
@@ -556,7 +556,7 @@ class Follower:
                 # it in the journal.  Else the error stands.
                 if entry.started or self.roar.store.task_run(entry.meta.run_id) is None:
                     raise
-                result = self.roar.recorder.record(
+                result = self.roar.writer.record(
                     task.meta, task.outcome, task.records, captured=task.captured,
                     before_commit=lambda ev: self._stage([(run_id, ev)]))
                 self._unstage()
@@ -577,10 +577,10 @@ class Follower:
             return entry.taken
         if entry.captured is None:
             if entry.died:
-                return self.roar.recorder.capture_late(task.meta, task.outcome,
+                return self.roar.writer.capture_late(task.meta, task.outcome,
                                                        task.records)
-            return self.roar.recorder.capture(task.meta, task.records)
-        from roar_core.capture import from_dict
+            return self.roar.writer.capture(task.meta, task.records)
+        from roar_core.pipeline.capture import from_dict
 
         return from_dict(entry.captured)
 
@@ -658,7 +658,7 @@ class _Followed:
             t = self.collector.take(entry.meta.run_id)
         records = t.records
         if entry.shadow is not None:
-            from roar_core.attribution import unshadow
+            from roar_core.pipeline.attribution import unshadow
 
             records = unshadow(records, *entry.shadow)
         return records, t.dropped

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from roar_core.recording import tasklog
-from roar_core.session import lock_held, short_slice, yield_cpu
+from roar_core.recording.sessions import lock_held, short_slice, yield_cpu
 
 LOCK = "recorder.lock"
 SETTINGS = "recorder.json"
@@ -112,7 +112,7 @@ def ensure(directory: Path) -> None:
 
 
 def _spawn(directory: Path) -> None:
-    from roar_core import tracer
+    from roar_core.pipeline import tracer
 
     tracer.ignore_this_thread()
     env = {k: v for k, v in os.environ.items()
@@ -222,7 +222,7 @@ def main(argv: list[str]) -> int:
         yield_cpu()  # the tasks come first; who needs the lineage waits for it to catch up
     import logging
 
-    from roar_core.recorder import freeze_heap
+    from roar_core.pipeline.writer import freeze_heap
     from roar_core.recording.follower import CausalOrder, Follower
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")

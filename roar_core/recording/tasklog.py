@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the writing side stays light: producers import only this module
-    from roar_core.recorder import TaskMeta, TaskOutcome
+    from roar_core.pipeline.writer import TaskMeta, TaskOutcome
 
 log = logging.getLogger(__name__)
 
@@ -91,10 +91,10 @@ def meta_to_json(meta: TaskMeta) -> dict:
 
 
 def meta_from_json(d: dict) -> TaskMeta:
-    from roar_core import emission
-    from roar_core.declared import Declared
-    from roar_core.facets import RUN_FACETS
-    from roar_core.recorder import TaskMeta
+    from roar_core.pipeline import emission
+    from roar_core.pipeline.declared import Declared
+    from roar_core.pipeline.facets import RUN_FACETS
+    from roar_core.pipeline.writer import TaskMeta
 
     wf, eng, decl = d.get("workflow"), d.get("engine_version"), d.get("declared")
     return TaskMeta(
@@ -442,7 +442,7 @@ class TaskLogFile:
                         meta, bool(d.get("lifetime")), own_dir=d.get("d"))
                     begun.append(entry)
                 elif "e" in d and d["e"] in self.entries:
-                    from roar_core.recorder import TaskOutcome
+                    from roar_core.pipeline.writer import TaskOutcome
 
                     entry = self.entries[d["e"]]
                     entry.outcome = TaskOutcome(
@@ -524,19 +524,19 @@ class Result:
 
     @property
     def task(self):
-        from roar_core.emission import TaskInfo
+        from roar_core.pipeline.emission import TaskInfo
 
         return TaskInfo(**self.data["task"]) if self.data.get("task") else None
 
     @property
     def io(self):
-        from roar_core.emission import IOCheck
+        from roar_core.pipeline.emission import IOCheck
 
         return IOCheck(**self.data["io"]) if self.data.get("io") else None
 
 
 def _dataset(x: dict[str, Any]):
-    from roar_core.emission import Dataset
+    from roar_core.pipeline.emission import Dataset
 
     x = dict(x)
     x["symlinks"] = [tuple(s) for s in x.get("symlinks") or []]

@@ -7,12 +7,12 @@ import subprocess
 import sys
 import textwrap
 
-from roar_core import tracelog, tracer
-from roar_core.attribution import UNATTRIBUTED, Context, attribute
+from roar_core.pipeline import tracelog, tracer
+from roar_core.pipeline.attribution import UNATTRIBUTED, Context, attribute
 
 SCRIPT = textwrap.dedent("""
     import os, threading
-    from roar_core import tracer
+    from roar_core.pipeline import tracer
     shim = tracer.loaded()
     # One task active: system()'s shell and its cat belong to it.
     shim.begin("solo")
@@ -78,7 +78,7 @@ def test_a_collector_places_a_system_child_read_in_a_later_batch(tmp_path):
     """SessionCollector keeps its attribution context between reads: a task's system()
     child whose log is read after its parent's task_begin is still the task's (Ray's
     follower dropped such children as nobody's)."""
-    from roar_core.session import SessionCollector
+    from roar_core.recording.sessions import SessionCollector
 
     trace = run_script(tmp_path)
     session = tmp_path / "s"

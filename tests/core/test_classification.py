@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from roar_core import tracelog, tracer
-from roar_core.attribution import attribute
-from roar_core.classification import PathFilter, TaskIO, classify
+from roar_core.pipeline import tracelog, tracer
+from roar_core.pipeline.attribution import attribute
+from roar_core.pipeline.classification import PathFilter, TaskIO, classify
 
 
 def traced_io(tmp_path: Path, script: str, keep: PathFilter | None = None,

@@ -24,9 +24,9 @@ import blake3
 import pytest
 from rich.console import Console
 
-from roar_core import cli as cli_mod
-from roar_core import graph as graph_mod
-from roar_core.cli_views import HashProgress, tree_lines
+from roar_core.cli import commands as cli_mod
+from roar_core.cli import graph as graph_mod
+from roar_core.cli.views import HashProgress, tree_lines
 from roar_core.lineage import ArtifactNode, Edge, LineageGraph, RunNode
 
 ROAR = shutil.which("roar-core", path=str(Path(sys.executable).parent)) or shutil.which("roar-core")
@@ -223,9 +223,9 @@ def test_doctor_says_when_the_backend_takes_no_connection(tmp_path: Path) -> Non
 
 def test_doctor_says_when_the_native_hasher_is_missing(pipeline: Cli) -> None:
     """A warning line for hashing (it falls back to Python), not a crash of doctor."""
-    script = ("import sys; from pathlib import Path; import roar_core.nativehash as n; "
+    script = ("import sys; from pathlib import Path; import roar_core.pipeline.nativehash as n; "
               "n.library_path = lambda: Path('/nonexistent/libroar_hashbatch.so'); "
-              "sys.argv = ['roar-core', 'doctor']; from roar_core.entry import main; main()")
+              "sys.argv = ['roar-core', 'doctor']; from roar_core.cli.entry import main; main()")
     proc = subprocess.run([sys.executable, "-c", script], cwd=pipeline.cwd, env=pipeline.env,
                           capture_output=True, timeout=60)
     assert b"Traceback" not in proc.stderr, proc.stderr.decode()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from roar_core.classification import FileAccess, PathFilter, TaskIO
-from roar_core.declared import Declared, apply, check
+from roar_core.pipeline.classification import FileAccess, PathFilter, TaskIO
+from roar_core.pipeline.declared import Declared, apply, check
 
 
 def acc(path: Path, role: str, via: list[str] | None = None) -> FileAccess:

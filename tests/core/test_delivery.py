@@ -10,8 +10,8 @@ import pytest
 import requests
 from openlineage.client.serde import Serde
 
-from roar_core import delivery
-from roar_core import emission as em
+from roar_core.pipeline import delivery
+from roar_core.pipeline import emission as em
 from tests.core.test_spool import lineage_events
 
 

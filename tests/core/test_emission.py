@@ -11,8 +11,8 @@ import attr
 import pytest
 from jsonschema.exceptions import ValidationError
 
-from roar_core import emission as em
-from roar_core import facets
+from roar_core.pipeline import emission as em
+from roar_core.pipeline import facets
 from tests.olschema import ROAR_SCHEMAS, facet_schemas, schemas, validate_event
 
 GOLDEN = Path(__file__).parent / "golden"

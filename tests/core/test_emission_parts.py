@@ -5,7 +5,7 @@ from __future__ import annotations
 from openlineage.client.event_v2 import InputDataset, OutputDataset
 from openlineage.client.serde import Serde
 
-from roar_core import emission as em
+from roar_core.pipeline import emission as em
 
 DIGEST = "ab" * 32
 

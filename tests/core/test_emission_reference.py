@@ -29,16 +29,16 @@ from openlineage.client.facet_v2 import (
 )
 from openlineage.client.serde import Serde
 
-from roar_core import emission as em
-from roar_core.facets import (
+from roar_core.pipeline import emission as em
+from roar_core.pipeline.facets import (
     ContentHashDatasetFacet,
     RoarIORunFacet,
     RoarSnakemakeRunFacet,
     RoarTaskRunFacet,
 )
-from roar_core.redact import redact_argv, redact_text
-from roar_core.spool import Spool
-from roar_core.spoolfiles import _RECORD
+from roar_core.pipeline.redact import redact_argv, redact_text
+from roar_core.pipeline.spool import Spool
+from roar_core.pipeline.spoolfiles import _RECORD
 from tests.core.test_emission import D_IN, D_OUT, T0, WF_RUN, task
 from tests.olschema import validate_event
 

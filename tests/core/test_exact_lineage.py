@@ -39,7 +39,7 @@ def accesses(cli: Cli, run_id: str) -> dict[str, dict[str, tuple[str | None, str
     """role -> path -> (digest, why unknown), from the store (after the recorder drained)."""
     cli.ok("show")  # drains whatever the background recorder has not recorded yet
     from roar_core import config
-    from roar_core.store import Store
+    from roar_core.pipeline.store import Store
 
     cfg = config.load(cwd=cli.cwd, env=cli.env)
     with Store.open(cfg.database_url, cfg.home) as store:
@@ -234,7 +234,7 @@ def test_a_tasks_code_goes_out_with_its_git_commit_and_digest(cli: Cli) -> None:
 def test_a_long_lived_recorder_sees_each_new_commit_of_a_tasks_code(tmp_path: Path) -> None:
     """One process records many tasks (a Ray node's or Airflow worker's recorder): each gets
     the commit its code is at then, not the first one seen."""
-    from roar_core import sourcecode
+    from roar_core.pipeline import sourcecode
 
     def git(*args: str) -> str:
         return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],

@@ -14,11 +14,12 @@ from datetime import datetime, timezone
 
 import pytest
 
-from roar_core import config, tracelog, tracer
+from roar_core import config
 from roar_core.api import Roar
+from roar_core.pipeline import tracelog, tracer
 from roar_core.recording import recorder
+from roar_core.recording.sessions import run_traced
 from roar_core.recording.tasklog import Result, TaskLog
-from roar_core.session import run_traced
 
 VARIANTS = int(os.environ.get("ROAR_FUZZ_VARIANTS", "300"))
 

@@ -1,4 +1,4 @@
-"""Tests for roar_core.hashing and its stat cache, on real files."""
+"""Tests for roar_core.pipeline.hashing and its stat cache, on real files."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from blake3 import blake3
 
-from roar_core import hashing, statcache
-from roar_core.hashing import FileState, Hasher, HashResult, StatCache, blake3_file
+from roar_core.pipeline import hashing, statcache
+from roar_core.pipeline.hashing import FileState, Hasher, HashResult, StatCache, blake3_file
 
 REPO = Path(__file__).resolve().parents[2]
 MiB = 1024 * 1024
@@ -170,7 +170,7 @@ def test_non_utf8_bytes_paths_keep_their_type(tmp_path: Path, cache: StatCache) 
 
 HASH_TWICE = """
 import json, sys
-from roar_core.hashing import Hasher, StatCache
+from roar_core.pipeline.hashing import Hasher, StatCache
 path, cache_path, times = sys.argv[1], sys.argv[2], int(sys.argv[3])
 with StatCache(cache_path) as cache, Hasher(cache, racy_window_ns=0) as hasher:
     results = [hasher.hash_file(path) for _ in range(times)]
@@ -356,7 +356,7 @@ def test_statcache_rebuilds_old_schema_and_survives_garbage(tmp_path: Path, capl
 
 PUT_MANY = """
 import sys
-from roar_core.statcache import FileState, StatCache
+from roar_core.pipeline.statcache import FileState, StatCache
 base = int(sys.argv[2])
 with StatCache(sys.argv[1], busy_timeout=30) as c:
     for i in range(base, base + 200):
@@ -526,7 +526,7 @@ def test_usable_in_a_forked_child(tmp_path: Path, cache: StatCache) -> None:
 
 @pytest.fixture
 def native_batch():
-    from roar_core import nativehash
+    from roar_core.pipeline import nativehash
 
     batch = nativehash.load()
     if batch is None:

@@ -15,10 +15,10 @@ import pytest
 
 from roar_core import config
 from roar_core.api import Roar
+from roar_core.cli.run import run_command
 from roar_core.ids import new_run_id
 from roar_core.recording.follower import Follower
 from roar_core.recording.tasklog import TaskLog
-from roar_core.runner import run_command
 from tests.olschema import validate_event
 
 
@@ -201,9 +201,9 @@ def test_an_output_hashed_after_its_task_ended_is_unknown_if_it_changed_since(pr
     one left alone keeps its own."""
     import os
 
-    from roar_core import tracer
-    from roar_core.recorder import TaskMeta, TaskOutcome, now
-    from roar_core.session import SessionCollector
+    from roar_core.pipeline import tracer
+    from roar_core.pipeline.writer import TaskMeta, TaskOutcome, now
+    from roar_core.recording.sessions import SessionCollector
 
     root, roar = project
     if not tracer.status().usable:
@@ -221,8 +221,8 @@ def test_an_output_hashed_after_its_task_ended_is_unknown_if_it_changed_since(pr
     collector.collect(settle=True)
     records = collector.take(meta.run_id).records
     outcome = TaskOutcome("COMPLETE", ended)
-    late = roar.recorder.capture_late(meta, outcome, records)
-    roar.recorder.record(meta, outcome, records, captured=late, start=True)
+    late = roar.writer.capture_late(meta, outcome, records)
+    roar.writer.record(meta, outcome, records, captured=late, start=True)
     outs = {a.uri: a for a in roar.store.accesses_of(meta.run_id) if a.role == "output"}
     assert outs[str(root / "kept.txt")].digest == "blake3:" + b3(b"mine\n")
     late = outs[str(root / "rewritten.txt")]

@@ -21,13 +21,14 @@ from pathlib import Path
 import blake3
 import pytest
 
-from roar_core import config, runner
+from roar_core import config
+from roar_core.cli import run as runner
 from roar_core.recording import recorder, tasklog
 from tests.core.test_cli import make_cli
 
 KILLED_RECORDER = r"""
 import os, signal, sys
-from roar_core import spool, store
+from roar_core.pipeline import spool, store
 from roar_core.recording import follower, recorder
 
 def die(*args, **kwargs):
@@ -59,12 +60,12 @@ elif point == "mid-spool":  # START spooled, COMPLETE not
 elif point == "after-spool":  # both events spooled and synced, the run not marked yet
     follower._Followed.flush_marks = die
 elif point == "older-start":  # as a recorder of an older roar did: its START stored alone
-    from roar_core import recorder as core
+    from roar_core.pipeline import writer as core
 
     def start_alone(self, meta, *args, **kwargs):
         self.started(meta)
         die()
-    core.Recorder.record = start_alone
+    core.LineageWriter.record = start_alone
 recorder.main(sys.argv[2:])
 print("not killed")
 """

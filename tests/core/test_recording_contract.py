@@ -22,8 +22,9 @@ from pathlib import Path
 import blake3
 import pytest
 
-from roar_core import config, tracer
+from roar_core import config
 from roar_core.api import Roar
+from roar_core.pipeline import tracer
 from roar_core.recording import recorder
 from roar_core.recording.follower import Follower
 from roar_core.recording.tasklog import log_paths
@@ -34,7 +35,7 @@ pytestmark = pytest.mark.skipif(not tracer.status().usable, reason=tracer.status
 PRODUCER = textwrap.dedent('''
     import json, os, sys
     from datetime import datetime, timezone
-    from roar_core import tracer
+    from roar_core.pipeline import tracer
     from roar_core.recording.tasklog import TaskLog
     shim = tracer.loaded()
     log = TaskLog(os.environ["ROAR_SESSION_DIR"])
@@ -280,8 +281,8 @@ def test_a_task_that_cannot_be_recorded_is_kept_and_recorded_once_later(
         tmp_path, cfg, session, monkeypatch):
     """A store that fails (a full disk, a locked database) costs time, never lineage: the
     waiting producer is told, the task stays in its log, and the next attempt records it."""
+    from roar_core.pipeline.store_records import StoreError
     from roar_core.recording import follower as following
-    from roar_core.store_records import StoreError
 
     src = tmp_path / "in.txt"
     src.write_bytes(b"f\n")
@@ -290,7 +291,7 @@ def test_a_task_that_cannot_be_recorded_is_kept_and_recorded_once_later(
     p.kill()
 
     roar = Roar(cfg, send=False)
-    real = roar.recorder.record
+    real = roar.writer.record
     broken = {"on": True}
 
     def record(*args, **kwargs):
@@ -298,7 +299,7 @@ def test_a_task_that_cannot_be_recorded_is_kept_and_recorded_once_later(
             raise StoreError("database or disk is full")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(roar.recorder, "record", record)
+    monkeypatch.setattr(roar.writer, "record", record)
     monkeypatch.setattr(following, "RETRY_S", 0.0)
     f = Follower(roar, session)
     assert f.poll() == 0

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from roar_core.redact import MASK, redact_argv, redact_env, redact_text
+from roar_core.pipeline.redact import MASK, redact_argv, redact_env, redact_text
 
 
 @pytest.mark.parametrize(

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from roar_core import tracelog, tracer
-from roar_core.session import SessionCollector
+from roar_core.pipeline import tracelog, tracer
+from roar_core.recording.sessions import SessionCollector
 
 # Before the task: an untagged write and a child; then the task: a write and a child.
 SCRIPT = textwrap.dedent("""
     import os, subprocess, sys, time
-    from roar_core import tracelog, tracer
+    from roar_core.pipeline import tracelog, tracer
     data = sys.argv[1]
     shim = tracer.loaded()
     open(os.path.join(data, "before.txt"), "w").close()

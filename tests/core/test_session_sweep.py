@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from roar_core import config
-from roar_core.session import (
+from roar_core.recording.sessions import (
     OWNER_LOCK,
     STALE_AFTER_S,
     hold_owner_lock,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from roar_core import tracelog, tracer
-from roar_core.session import SessionCollector, run_traced
+from roar_core.pipeline import tracelog, tracer
+from roar_core.recording.sessions import SessionCollector, run_traced
 
 
 def _usable() -> None:
@@ -77,7 +77,7 @@ def test_run_wait_records_the_whole_trace_read_during_and_after(
     _usable()
     from roar_core import config
     from roar_core.api import Roar
-    from roar_core.runner import run_command
+    from roar_core.cli.run import run_command
 
     cfg = config.load(env={"ROAR_HOME": str(tmp_path / "home")}, cwd=tmp_path)
     (tmp_path / "in.txt").write_text("in\n")
@@ -186,8 +186,8 @@ def test_losses_before_a_task_began_are_not_its_own(tmp_path: Path) -> None:
 TASKS_IN_ONE_WORKER = r"""
 import json, os, subprocess, sys, time
 from pathlib import Path
-from roar_core import tracer
-from roar_core.session import SessionCollector
+from roar_core.pipeline import tracer
+from roar_core.recording.sessions import SessionCollector
 
 session, data = Path(sys.argv[1]), sys.argv[2]
 shim = tracer.loaded()

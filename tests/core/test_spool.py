@@ -24,8 +24,8 @@ from openlineage.client import OpenLineageClient
 from openlineage.client.event_v2 import RunEvent
 from openlineage.client.transport.http import HttpConfig, HttpTransport
 
-from roar_core import emission as em
-from roar_core.spool import Spool
+from roar_core.pipeline import emission as em
+from roar_core.pipeline.spool import Spool
 from tests.olschema import validate_event
 
 REPO = Path(__file__).resolve().parents[2]
@@ -244,7 +244,7 @@ def test_backlog_survives_a_killed_process(
     child = textwrap.dedent(
         f"""
         import os
-        from roar_core.spool import Spool
+        from roar_core.pipeline.spool import Spool
         from tests.core.test_spool import lineage_events
         spool = Spool({str(directory)!r}, backoff_initial=0.01)
         for event in lineage_events(runs=2):
@@ -485,7 +485,7 @@ def test_an_event_too_slow_for_the_backend_is_set_aside_and_the_rest_go(
     """A backend reading at 1 MB/s, a client that waits 0.5 s: a 1.5 MB COMPLETE times out
     every time.  It is tried SLOW_TRIES times, then set aside; the events behind it go
     (they were blocked for good)."""
-    from roar_core.spool import SLOW_TRIES
+    from roar_core.pipeline.spool import SLOW_TRIES
 
     endpoint.read_rate = 1_000_000
     big = em.complete_event(em.TaskLineage(

@@ -20,8 +20,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, event, inspect, text
 
-from roar_core import store as store_module
-from roar_core.store import (
+from roar_core.pipeline import store as store_module
+from roar_core.pipeline.store import (
     SCHEMA_HEAD,
     Access,
     CodeFile,
@@ -32,7 +32,7 @@ from roar_core.store import (
     _alembic_config,
     _normalize_url,
 )
-from roar_core.store_schema import VERSION_TABLE, Base
+from roar_core.pipeline.store_schema import VERSION_TABLE, Base
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
 
@@ -136,7 +136,7 @@ def test_migrates_empty_database_to_head_matching_models(where: Where) -> None:
 def test_opening_a_store_at_head_does_not_import_alembic(tmp_path: Path) -> None:
     home = tmp_path / "home"
     Store.open(home=home).close()
-    code = ("import sys; from pathlib import Path; from roar_core.store import Store; "
+    code = ("import sys; from pathlib import Path; from roar_core.pipeline.store import Store; "
             f"Store.open(home=Path({str(home)!r})).close(); "
             "print('alembic' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

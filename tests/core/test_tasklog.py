@@ -12,11 +12,12 @@ from pathlib import Path
 import blake3
 import pytest
 
-from roar_core import config, tracer
+from roar_core import config
 from roar_core.api import Roar
+from roar_core.pipeline import tracer
 from roar_core.recording import follower as following
 from roar_core.recording import tasklog
-from roar_core.session import SessionCollector
+from roar_core.recording.sessions import SessionCollector
 
 pytestmark = pytest.mark.skipif(not tracer.status().usable, reason=tracer.status().reason)
 
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.skipif(not tracer.status().usable, reason=tracer.status
 WORKER = textwrap.dedent('''
     import os, sys, subprocess
     from datetime import datetime, timezone
-    from roar_core import tracer
+    from roar_core.pipeline import tracer
     from roar_core.recording.tasklog import TaskLog
     shim = tracer.loaded()
     j = TaskLog(os.environ["ROAR_SESSION_DIR"])
@@ -237,7 +238,7 @@ def test_an_ended_task_is_started_and_ended_once_even_after_a_follower_died(roar
     path = session / f"{tasklog.PREFIX}{pid}-1{tasklog.SUFFIX}"
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     earlier = tasklog.TaskLogFile.open(path)
-    roar.recorder.started(earlier.entries[ids[0]].meta)  # then that follower died
+    roar.writer.started(earlier.entries[ids[0]].meta)  # then that follower died
 
     follower = following.Follower(roar, session, alive=lambda pid, start: True)
     assert follower.poll() == 2

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from roar_core import tracelog, tracer
+from roar_core.pipeline import tracelog, tracer
 
 # Variables that would change how a child is traced (or traced at all): never inherited
 # from the environment pytest itself runs in (it may be running under roar).

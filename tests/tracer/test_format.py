@@ -8,7 +8,7 @@ import struct
 import subprocess
 from pathlib import Path
 
-from roar_core import tracelog
+from roar_core.pipeline import tracelog
 
 HEADER = Path(__file__).resolve().parents[2] / "tracer-bins" / "preload" / "roar_log.h"
 

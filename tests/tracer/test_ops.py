@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from roar_core import tracelog, tracer
+from roar_core.pipeline import tracelog, tracer
 
 HERE = Path(__file__).parent
 O_ACC = os.O_RDONLY | os.O_WRONLY | os.O_RDWR
@@ -499,7 +499,7 @@ def test_64_threads_no_lost_or_torn_records(work, session):
 
 TAGS = textwrap.dedent("""
     import threading, sys
-    from roar_core import tracer
+    from roar_core.pipeline import tracer
     shim = tracer.loaded()
     assert shim is not None and shim.active() and shim.version() == 1
     def task(name, ev_in, ev_out):
@@ -622,7 +622,7 @@ def test_a_full_tmpfs_drops_events_instead_of_killing_the_program(ops, work, tmp
 
 _FILL_AND_READ = textwrap.dedent("""
     import json, os, subprocess, sys
-    from roar_core import tracelog
+    from roar_core.pipeline import tracelog
     mnt, work, env = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     # Thousands of records: far more than the room left on the tmpfs after the log's start.
     child = "for i in range(3000): open('f%d' % i, 'w').close()"
@@ -686,7 +686,7 @@ def test_a_short_process_log_allocates_an_extent_not_a_chunk(work):
 def test_incremental_read_of_a_live_log(work, session):
     code = textwrap.dedent("""
         import sys
-        from roar_core import tracer
+        from roar_core.pipeline import tracer
         shim = tracer.loaded()
         print(shim.log_path(), flush=True)
         sys.stdin.readline()

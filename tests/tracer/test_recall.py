@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pytest
 
-from roar_core import tracelog, tracer
+from roar_core.pipeline import tracelog, tracer
 
 PY = os.path.realpath(sys.executable)
 SYSCALLS = ("open,openat,creat,rename,renameat,renameat2,link,linkat,symlink,symlinkat,"

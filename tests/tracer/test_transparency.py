@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from roar_core import tracelog
+from roar_core.pipeline import tracelog
 
 PY = os.path.realpath(sys.executable)  # the python3 running the tests: a real interpreter
 FIXED_TIME = 1_600_000_000  # mtimes of the inputs, so archives and listings agree

@@ -27,8 +27,9 @@ def shell_exports() -> str:
     started afterwards from this shell -- the scheduler with LocalExecutor, or a Celery
     worker -- and all the task processes it forks are traced.  Start the api-server and
     dag-processor from another shell: they run no tasks."""
-    from roar_core import config, tracer
-    from roar_core.session import new_session_dir
+    from roar_core import config
+    from roar_core.pipeline import tracer
+    from roar_core.recording.sessions import new_session_dir
 
     q = shlex.quote
     st = tracer.status()

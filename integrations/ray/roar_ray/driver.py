@@ -29,7 +29,7 @@ from typing import Any
 
 from roar_core import config
 from roar_core.api import Roar
-from roar_core.emission import Engine, RunRef
+from roar_core.pipeline.emission import Engine, RunRef
 from roar_core.recording import follower, recorder, tasklog
 from roar_ray import _env
 

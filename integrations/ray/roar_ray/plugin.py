@@ -17,7 +17,7 @@ from typing import Any
 
 from ray._private.runtime_env.plugin import RuntimeEnvPlugin
 
-from roar_core import tracer
+from roar_core.pipeline import tracer
 from roar_ray import _env
 
 

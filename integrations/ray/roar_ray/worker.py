@@ -6,7 +6,7 @@ in front of the user's own).  It wraps the functions Ray's
 normal tasks, actor creation and actor methods -- so that each call marks its boundaries:
 the tracer tag (`Shim.begin/end`, thread-local) and the task's identity (one line each in
 the worker's task journal, roar_core.journal).  As a task ends, before its result goes back
-to Ray, the core takes its file versions (roar_core.capture.WorkerCapture: its files
+to Ray, the core takes its file versions (roar_core.pipeline.capture.WorkerCapture: its files
 classified and hashed now, so the next task cannot change them); the node's recorder
 process (roar_ray.recorder) follows the journals and does the rest (store, events).
 
@@ -43,9 +43,9 @@ from typing import Any
 
 import ray
 
-from roar_core import tracer
-from roar_core.capture import WorkerCapture
 from roar_core.ids import new_run_id
+from roar_core.pipeline import tracer
+from roar_core.pipeline.capture import WorkerCapture
 from roar_core.recording import recorder
 from roar_core.recording.tasklog import TaskLog
 from roar_ray import _env, _steps
@@ -110,7 +110,7 @@ class _Worker:
         self.core_worker = ray._private.worker.global_worker.core_worker
         self.actor: str | None = None  # run id of this worker's actor, if it hosts one
         self.capture: WorkerCapture | None = None  # takes each task's versions at its end
-        # The log form of roar_core.recorder.TaskMeta (the worker imports nothing of
+        # The log form of roar_core.pipeline.writer.TaskMeta (the worker imports nothing of
         # the recording side): what every task of this worker shares, written once.
         self.tasks = TaskLog(session, common={
             "engine": ENGINE, "namespace": namespace, "command": None,

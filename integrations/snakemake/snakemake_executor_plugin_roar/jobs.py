@@ -1,5 +1,5 @@
 """What a Snakemake job object says about a job: its kind, its declared files, its code and
-the fields of its `roar_snakemake` run facet (roar_core.facets.RoarSnakemakeRunFacet).
+the fields of its `roar_snakemake` run facet (roar_core.pipeline.facets.RoarSnakemakeRunFacet).
 Plain functions over the job; no tracing, no recording, nothing heavy imported."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import logging
 import os
 from collections.abc import Iterable
 
-from roar_core.declared import Declared
-from roar_core.redact import is_secret_name, redact_text
+from roar_core.pipeline.declared import Declared
+from roar_core.pipeline.redact import is_secret_name, redact_text
 
 log = logging.getLogger("roar")
 

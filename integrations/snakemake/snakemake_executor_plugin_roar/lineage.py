@@ -24,11 +24,11 @@ from pathlib import Path
 
 import roar_core
 from roar_core import config as config_mod
-from roar_core import tracer
 from roar_core.ids import new_run_id
+from roar_core.pipeline import tracer
 from roar_core.recording import recorder
+from roar_core.recording.sessions import hold_owner_lock, new_session_dir
 from roar_core.recording.tasklog import Result, TaskLog
-from roar_core.session import hold_owner_lock, new_session_dir
 from snakemake_executor_plugin_roar import jobs, tracing
 
 log = logging.getLogger("roar")

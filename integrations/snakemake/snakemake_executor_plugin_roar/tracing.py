@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from roar_core import tracer
+from roar_core.pipeline import tracer
 
 _local = threading.local()
 

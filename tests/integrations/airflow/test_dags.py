@@ -18,7 +18,7 @@ from pathlib import Path
 import blake3
 import pytest
 
-from roar_core.store import Store
+from roar_core.pipeline.store import Store
 from tests.integrations.airflow.conftest import (
     AirflowHome,
     preloaded,
@@ -137,7 +137,7 @@ def test_copy_nobody_traced_is_joined_by_content(etl: EtlRun) -> None:
     assert inp["facets"]["version"]["datasetVersion"] == f"blake3:{etl.digest('clean.csv')}"
     assert _names(ev["outputs"]) == {str(etl.data / "summary.txt")}
     assert not etl.one("stage")["inputs"]  # the plain @task reports nothing
-    from roar_core.store import Store
+    from roar_core.pipeline.store import Store
 
     with Store.open(home=etl.work / "roar") as store:
         g = store.lineage(str(etl.data / "summary.txt"), min_size=1)

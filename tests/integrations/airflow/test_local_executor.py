@@ -210,7 +210,7 @@ def test_bash_start_up_files_are_not_inputs(deployment: Deployment, produced) ->
 
 
 def test_the_dag_run_ends_in_the_store(deployment: Deployment, produced) -> None:
-    from roar_core.store import Store
+    from roar_core.pipeline.store import Store
 
     events = read_events(deployment.work / "ol-events.jsonl")
     dag_run = [e for e in events if e["job"]["name"] == PRODUCER][0]["run"]["runId"]

@@ -19,7 +19,7 @@ else:
 
 import roar_ray  # noqa: E402
 
-from roar_core.store import Store  # noqa: E402
+from roar_core.pipeline.store import Store  # noqa: E402
 
 CPUS_PER_NODE = 2
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from roar_core.store import Store
+from roar_core.pipeline.store import Store
 
 
 def io_of(store: Store, run_id: str) -> tuple[dict[str, str], dict[str, str]]:

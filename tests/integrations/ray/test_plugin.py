@@ -9,7 +9,7 @@ import pytest
 from roar_ray import _env
 from roar_ray.plugin import RoarPlugin, agent_node_id, preload_value, worker_env
 
-from roar_core import tracer
+from roar_core.pipeline import tracer
 
 LIB = str(tracer.library_path())
 

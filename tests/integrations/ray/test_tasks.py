@@ -194,7 +194,7 @@ def test_nodes_record_into_a_shared_postgresql_store(cluster, tmp_path, postgres
     """A cluster's store: each node's recorder writes the job's lineage to one database."""
     import roar_ray
 
-    from roar_core.store import Store
+    from roar_core.pipeline.store import Store
 
     data = tmp_path / "data"
     data.mkdir()
@@ -233,7 +233,7 @@ def _children(pid: int) -> list[int]:
 
 
 def test_rays_own_daemons_are_never_preloaded(ray_job, cluster):
-    from roar_core import tracer
+    from roar_core.pipeline import tracer
 
     ray.get(reverse.remote(__file__, str(ray_job.data / "x")))  # a traced worker runs
     daemons = {}

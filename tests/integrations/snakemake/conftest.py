@@ -74,7 +74,7 @@ class Lineage:
                 and e["job"]["facets"]["jobType"]["jobType"] == "DAG"]
 
     def store(self):
-        from roar_core.store import Store
+        from roar_core.pipeline.store import Store
 
         return Store.open(home=self.home)
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 
-from roar_core.tracelog import OP, Record
+from roar_core.pipeline.tracelog import OP, Record
 from tests.integrations.snakemake.conftest import BIN, snakemake_env
 
 
@@ -21,8 +21,8 @@ def test_import_is_cheap(tmp_path):
     done = _python("""
         import sys
         import snakemake_executor_plugin_roar as p
-        heavy = [m for m in ("roar_core.api", "roar_core.store", "sqlalchemy", "openlineage")
-                 if m in sys.modules]
+        heavy = [m for m in ("roar_core.api", "roar_core.pipeline.store", "sqlalchemy",
+                             "openlineage") if m in sys.modules]
         print(p.Executor.__module__, heavy)
     """, tmp_path)
     assert done.stdout.split() == ["snakemake_executor_plugin_roar.executor", "[]"], done.stderr
@@ -70,7 +70,7 @@ def _rec(op: str, path: bytes, path2: bytes = b"") -> Record:
 
 
 def test_unshadow_names_files_by_their_workdir_path():
-    from roar_core.attribution import unshadow
+    from roar_core.pipeline.attribution import unshadow
 
     sh = b"/wd/.snakemake/shadow/tmpab12"
     records = [

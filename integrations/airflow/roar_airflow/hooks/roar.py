@@ -39,7 +39,7 @@ from roar_airflow.version_compat import BaseHook
 
 if TYPE_CHECKING:
     from roar_core.config import Config
-    from roar_core.emission import RunRef
+    from roar_core.pipeline.emission import RunRef
     from roar_core.recording.tasklog import Result, TaskLog
 
 ENGINE = "airflow"
@@ -76,7 +76,7 @@ class TaskIdentity:
         return {"namespace": self.namespace, "job_name": self.dag_id, "run_id": self.dag_run_id}
 
     def workflow_ref(self) -> RunRef:
-        from roar_core.emission import RunRef
+        from roar_core.pipeline.emission import RunRef
 
         return RunRef(**self.workflow)
 
@@ -125,7 +125,7 @@ class RoarHook(BaseHook):
 
     def mode(self) -> tuple[Mode, str]:
         """How this task can be traced here, and a sentence saying why (for the task log)."""
-        from roar_core import tracer
+        from roar_core.pipeline import tracer
 
         if _config().disabled:
             return Mode.DISABLED, "roar is disabled (ROAR_DISABLED)"
@@ -142,7 +142,7 @@ class RoarHook(BaseHook):
     # ---- task boundaries -------------------------------------------------------------
 
     def begin(self, context: Any, mode: Mode, untraced_reason: str | None = None) -> TaskRun:
-        from roar_core import tracer
+        from roar_core.pipeline import tracer
         from roar_core.recording import recorder
 
         t0 = time.perf_counter()
@@ -181,7 +181,7 @@ class RoarHook(BaseHook):
 
     def child_env(self, run: TaskRun, base: dict[str, str] | None = None) -> dict[str, str]:
         """Environment that makes a child process of the task traced (subprocess mode)."""
-        from roar_core import tracer
+        from roar_core.pipeline import tracer
 
         if run.mode is not Mode.SUBPROCESS or run.session is None:
             return dict(os.environ if base is None else base)
@@ -194,7 +194,7 @@ class RoarHook(BaseHook):
 
         t0 = time.perf_counter()
         if run.mode is Mode.BOUNDARY:
-            from roar_core import tracer
+            from roar_core.pipeline import tracer
 
             tracer.loaded().end()
         tasks = _task_log(run.directory)
@@ -285,7 +285,7 @@ def finish_dag_run(dag_run: Any, status: str) -> None:
     """Close the DAG run's workflow run in the store, if a traced task of it made one."""
     from datetime import datetime, timezone
 
-    from roar_core.store import DB_FILENAME, Store
+    from roar_core.pipeline.store import DB_FILENAME, Store
 
     cfg = _config()
     if cfg.database_url is None and not (cfg.home / DB_FILENAME).exists():
@@ -319,7 +319,7 @@ def task_identity(context: Any, namespace: str) -> TaskIdentity:
 def _secrets(context: Any) -> tuple[str, ...]:
     """The task's keyword arguments and DAG params named like a secret (`api_key=...`):
     their values are masked wherever the task's commands carry them."""
-    from roar_core.redact import is_secret_name
+    from roar_core.pipeline.redact import is_secret_name
 
     task = context.get("task")
     named = {**(context.get("params") or {}), **(getattr(task, "op_kwargs", None) or {})}

@@ -32,7 +32,7 @@ from roar_airflow.version_compat import Asset, AssetAlias, BaseOperator
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
 
-    from roar_core.emission import Dataset
+    from roar_core.pipeline.emission import Dataset
 
 # Environment a traced child needs (the rest of os.environ is inherited as usual).
 _TRACER_ENV = ("LD_PRELOAD", "ROAR_SESSION_DIR", "ROAR_TASK_TAG")
@@ -186,7 +186,7 @@ def operator_lineage(run: TaskRun | None) -> OperatorLineage:
     roar's dataset facets, and roar's run facets (traced?, dropped events, command...)."""
     from airflow.providers.openlineage.extractors import OperatorLineage
 
-    from roar_core import emission
+    from roar_core.pipeline import emission
 
     if run is None or run.result is None:
         return OperatorLineage()

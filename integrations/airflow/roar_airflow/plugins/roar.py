@@ -24,21 +24,21 @@ def warm() -> bool:
             "LD_PRELOAD", ""):
         return False
     try:
-        from roar_core import tracer
+        from roar_core.pipeline import tracer
 
         if tracer.loaded() is None:
             return False
-        import roar_core.emission  # noqa: F401  (the provider's listener asks for lineage)
         import roar_core.ids  # noqa: F401
+        import roar_core.pipeline.emission  # noqa: F401  (the provider's listener asks for lineage)
+        import roar_core.pipeline.tracelog  # noqa: F401
         import roar_core.recording.recorder  # noqa: F401
         import roar_core.recording.tasklog  # noqa: F401
-        import roar_core.tracelog  # noqa: F401
         from roar_airflow.decorators import roar  # noqa: F401  (operators, hook)
         from roar_airflow.hooks.roar import _config, settings
 
         settings()  # plain data: the same for every task this worker forks
         _config()
-        roar_core.emission.producer()  # reads package metadata: ~10 ms the first time
+        roar_core.pipeline.emission.producer()  # reads package metadata: ~10 ms the first time
     except Exception:  # a warm-up must never break the scheduler
         log.debug("roar: warm-up failed", exc_info=True)
         return False

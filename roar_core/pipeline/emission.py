@@ -33,8 +33,8 @@ from urllib.parse import urlsplit
 from uuid import UUID, uuid5
 
 from roar_core import ids
-from roar_core.redact import redact_argv, redact_text
-from roar_core.sourcecode import CodeVersion
+from roar_core.pipeline.redact import redact_argv, redact_text
+from roar_core.pipeline.sourcecode import CodeVersion
 
 if TYPE_CHECKING:
     from openlineage.client.event_v2 import InputDataset, OutputDataset, RunEvent

@@ -252,7 +252,7 @@ def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
     # blocks WAL checkpoints; _write() groups writes itself.
     db = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
     try:
-        # As the lineage store's (roar_core.store.SQLITE_PAGE_SIZE): only a new file takes it.
+        # As the lineage store's (pipeline.store.SQLITE_PAGE_SIZE): only a new file takes it.
         db.execute(f"PRAGMA page_size = {PAGE_SIZE}")
         db.execute("PRAGMA journal_mode=WAL")
         # A lost last commit after a power cut costs a re-hash, not a wrong digest.

@@ -25,7 +25,7 @@ def library_path() -> Path:
     override = os.environ.get("ROAR_PRELOAD_LIB")
     if override:
         return Path(override)
-    return Path(__file__).resolve().parent / "_bin" / LIB_NAME
+    return Path(__file__).resolve().parents[1] / "_bin" / LIB_NAME
 
 
 DISABLED_REASON = f"{ENV_DISABLE} is set: the tracer is switched off"
@@ -49,7 +49,7 @@ def status() -> TracerStatus:
     import subprocess
     import tempfile
 
-    from roar_core import tracelog
+    from roar_core.pipeline import tracelog
 
     lib = library_path()
     if disabled_by_env():
@@ -179,7 +179,7 @@ def loaded() -> Shim | None:
     a late dlopen would not interpose anything."""
     import ctypes
 
-    from roar_core import tracelog
+    from roar_core.pipeline import tracelog
 
     try:
         lib = ctypes.CDLL(str(library_path()), mode=os.RTLD_NOLOAD | os.RTLD_NOW)

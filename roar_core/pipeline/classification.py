@@ -21,8 +21,8 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from roar_core.statcache import FileState
-from roar_core.tracelog import OP, RF_EXISTED, RF_MODIFIED, RF_STAT, RF_UNTRACEABLE, Record
+from roar_core.pipeline.statcache import FileState
+from roar_core.pipeline.tracelog import OP, RF_EXISTED, RF_MODIFIED, RF_STAT, RF_UNTRACEABLE, Record
 
 O_ACCMODE = os.O_RDONLY | os.O_WRONLY | os.O_RDWR
 O_TMPFILE = getattr(os, "O_TMPFILE", 0o20200000)

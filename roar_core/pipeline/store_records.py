@@ -1,7 +1,7 @@
 """Plain records of the lineage store: what callers pass in, what queries return.
 
 Kept apart from `store.py` (engines, migrations, queries) so emission and the CLI can use them
-without thinking about databases; `roar_core.store` re-exports every name.
+without thinking about databases; `roar_core.pipeline.store` re-exports every name.
 """
 
 from __future__ import annotations

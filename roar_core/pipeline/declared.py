@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from roar_core.classification import FileAccess, PathFilter, TaskIO
-    from roar_core.emission import IOCheck
+    from roar_core.pipeline.classification import FileAccess, PathFilter, TaskIO
+    from roar_core.pipeline.emission import IOCheck
 
 # `Declared` is built in the engine's process (see roar_core.remote), which must not load the
 # recorder's modules: `apply` and `check` import them when called, in the recorder.
@@ -50,7 +50,7 @@ def _under(path: bytes, roots: Sequence[bytes]) -> bool:
 
 def apply(io: TaskIO, declared: Declared, keep: PathFilter) -> None:
     """Add the declared code files and engine-made outputs to `io` (in place)."""
-    from roar_core.classification import FileAccess, display_name
+    from roar_core.pipeline.classification import FileAccess, display_name
 
     code = {a.path for a in io.code}
     for path in _real(declared.code):
@@ -72,8 +72,8 @@ def apply(io: TaskIO, declared: Declared, keep: PathFilter) -> None:
 
 def check(io: TaskIO, declared: Declared) -> IOCheck | None:
     """Observed versus declared I/O; None when the engine declared nothing to compare."""
-    from roar_core.classification import display_name
-    from roar_core.emission import IOCheck
+    from roar_core.pipeline.classification import display_name
+    from roar_core.pipeline.emission import IOCheck
 
     if declared.inputs is None and declared.outputs is None:
         return None

@@ -47,7 +47,7 @@ from sqlalchemy.sql.dml import Update
 
 from roar_core import lineage as _lineage
 from roar_core.lineage import LineageGraph
-from roar_core.store_records import (
+from roar_core.pipeline.store_records import (
     ROLES,
     STATUSES,
     Access,
@@ -69,7 +69,7 @@ from roar_core.store_records import (
     code_json,
     dataset_identity,
 )
-from roar_core.store_schema import (
+from roar_core.pipeline.store_schema import (
     VERSION_TABLE,
     AccessRow,
     ArtifactRow,
@@ -101,7 +101,7 @@ __all__ = [
 ]
 
 DB_FILENAME = "lineage.db"
-MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+MIGRATIONS_DIR = Path(__file__).resolve().parents[1] / "migrations"
 # Writers queue behind each other in SQLite; a whole node's workers may be finishing tasks at
 # once, so wait long rather than drop a record.
 SQLITE_BUSY_TIMEOUT_MS = 30_000

@@ -11,7 +11,7 @@ from __future__ import annotations
 import attr
 from openlineage.client.generated.base import DatasetFacet, RunFacet
 
-from roar_core.emission import schema_url
+from roar_core.pipeline.emission import schema_url
 
 
 @attr.define

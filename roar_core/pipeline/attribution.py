@@ -19,7 +19,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from roar_core.tracelog import RF_UNTRACEABLE, Record, TraceLog
+from roar_core.pipeline.tracelog import RF_UNTRACEABLE, Record, TraceLog
 
 UNATTRIBUTED = ""
 

@@ -26,12 +26,12 @@ from rich.table import Table
 from rich.text import Text
 
 from roar_core import config as config_mod
-from roar_core import graph as graph_mod
-from roar_core.classification import display_name
-from roar_core.cli import CLOSE_TIMEOUT_S, EXIT_USAGE, CliError
+from roar_core.cli import graph as graph_mod
+from roar_core.cli.commands import CLOSE_TIMEOUT_S, EXIT_USAGE, CliError
+from roar_core.cli.run import RunResult, how_it_ended
 from roar_core.lineage import LineageGraph, RunNode, is_digest
-from roar_core.runner import RunResult, how_it_ended
-from roar_core.store import DB_FILENAME, AccessRecord, Store, StoreError, TaskRunRecord
+from roar_core.pipeline.classification import display_name
+from roar_core.pipeline.store import DB_FILENAME, AccessRecord, Store, StoreError, TaskRunRecord
 
 PROGRESS_DELAY_S = 1.0  # hashing shorter than this shows no progress bar
 # A backlog this small is sent before `run --wait` exits (a few ms of the client's time).
@@ -175,8 +175,8 @@ def drain_pending(cfg: config_mod.Config, required: bool = True) -> None:
     recorder that is at it.  `required=False` (flush: the events already spooled go out
     whatever the store's state): a store that cannot be opened is a warning, and the runs
     stay pending."""
+    from roar_core.cli.run import log_dirs
     from roar_core.recording import recorder, tasklog
-    from roar_core.runner import log_dirs
 
     dirs = [d for d in log_dirs(cfg) if tasklog.log_paths(d)]
     if not dirs:
@@ -300,7 +300,7 @@ def summary_lines(result: RunResult, job: str, cwd: Path | None = None) -> list[
 
 def run_and_record(cfg: config_mod.Config, argv: list[str], job_name: str | None) -> int:
     """`run --wait`: run, record here, summarise on stderr; returns the command's status."""
-    from roar_core.runner import default_job_name, run_command
+    from roar_core.cli.run import default_job_name, run_command
 
     # A one-shot process: cyclic GC would only walk the recorded task's objects (thousands
     # per thousand files) again and again before exit frees them all anyway.
@@ -314,7 +314,7 @@ def run_and_record(cfg: config_mod.Config, argv: list[str], job_name: str | None
         err.print(f"roar-core: warning: cannot record now ({e}): the command runs and its "
                   "run is recorded once that is fixed (`roar-core doctor`)", style="yellow",
                   highlight=False, soft_wrap=True)
-        from roar_core.runner import run_detached
+        from roar_core.cli.run import run_detached
 
         return run_detached(cfg, argv, job_name)
     try:
@@ -336,8 +336,8 @@ def deliver_or_hand_off(roar: Any, err: Console) -> None:
     with thousands of files would spend with the user waiting on a transport: that backlog
     goes to the detached recorder process instead, which sends it and exits.
     """
-    from roar_core import spoolfiles
-    from roar_core.runner import hand_off
+    from roar_core.cli.run import hand_off
+    from roar_core.pipeline import spoolfiles
 
     backlog = spoolfiles.pending_bytes(roar.spool.directory) if roar.spool else 0
     if backlog <= INLINE_DELIVERY_BYTES:
@@ -508,14 +508,14 @@ def print_checks(checks: list[Check]) -> None:
 
 
 def check_tracer() -> Check:
-    from roar_core import tracer
+    from roar_core.pipeline import tracer
 
     st = tracer.status()
     return "tracer", "ok" if st.usable else "FAIL", st.reason
 
 
 def check_hasher(cfg: config_mod.Config) -> Check:
-    from roar_core import nativehash
+    from roar_core.pipeline import nativehash
 
     if not cfg.native_hash:
         return "hashing", "ok", "in Python (native_hash is off)"
@@ -633,7 +633,7 @@ def describe_transport(transport: Any) -> str:
 
 
 def check_spool(cfg: config_mod.Config) -> Check:
-    from roar_core.spoolfiles import REJECTED, pending_count
+    from roar_core.pipeline.spoolfiles import REJECTED, pending_count
 
     if not cfg.spool_dir.is_dir():
         return "spool", "ok", f"empty ({cfg.spool_dir} not created yet)"
@@ -648,7 +648,7 @@ def check_spool(cfg: config_mod.Config) -> Check:
 
 
 def check_sessions(cfg: config_mod.Config) -> Check:
-    from roar_core.runner import failures, pending, spare_dir
+    from roar_core.cli.run import failures, pending, spare_dir
 
     waiting = pending(cfg)
     failed = failures(cfg)

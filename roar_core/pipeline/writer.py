@@ -1,7 +1,7 @@
 """Recording one finished task: capture (classification, hashing) -> store -> emission.
 
 Pure plumbing between the steps: each step's module does the work.  The capture runs as
-the task ends (`Recorder.capture`, or `record` itself when called then); the rest may run
+the task ends (`LineageWriter.capture`, or `record` itself when called then); the rest may run
 later.  The join by content hash lives here because it needs both the store and the
 emitter: an input whose digest was recorded as an output under another path stays under
 its own path, and the match is published as an inferred edge of its own
@@ -17,17 +17,17 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from roar_core import capture as capture_mod
-from roar_core import declared as declared_mod
-from roar_core import emission, sourcecode
-from roar_core.capture import Capture, Version
-from roar_core.classification import PathFilter, TaskIO, shown_text
-from roar_core.hashing import Hasher
-from roar_core.redact import redact_argv
-from roar_core.sourcecode import CodeVersion
-from roar_core.spool import Spool
-from roar_core.store import Access, AccessRecord, CodeFile, Store, TaskRun
-from roar_core.tracelog import Record
+from roar_core.pipeline import capture as capture_mod
+from roar_core.pipeline import declared as declared_mod
+from roar_core.pipeline import emission, sourcecode
+from roar_core.pipeline.capture import Capture, Version
+from roar_core.pipeline.classification import PathFilter, TaskIO, shown_text
+from roar_core.pipeline.hashing import Hasher
+from roar_core.pipeline.redact import redact_argv
+from roar_core.pipeline.sourcecode import CodeVersion
+from roar_core.pipeline.spool import Spool
+from roar_core.pipeline.store import Access, AccessRecord, CodeFile, Store, TaskRun
+from roar_core.pipeline.tracelog import Record
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class TaskOutcome:
 
 @dataclass
 class EndedTask:
-    """A task to record (`Recorder.record_many`): as `Recorder.record`'s arguments."""
+    """A task to record (`LineageWriter.record_many`): as `LineageWriter.record`'s arguments."""
 
     meta: TaskMeta
     outcome: TaskOutcome
@@ -182,7 +182,7 @@ def _stored(digest: str | None) -> str | None:
     return None if digest is None else "blake3:" + digest
 
 
-class Recorder:
+class LineageWriter:
     """Turns finished tasks into stored lineage and spooled events (thread-safe)."""
 
     def __init__(self, store: Store, spool: Spool | None, hasher: Hasher, keep: PathFilter,

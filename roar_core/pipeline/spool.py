@@ -36,10 +36,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
-from roar_core import tracer
-from roar_core.emission import Event
-from roar_core.redact import redact_text
-from roar_core.spoolfiles import (
+from roar_core.pipeline import tracer
+from roar_core.pipeline.emission import Event
+from roar_core.pipeline.redact import redact_text
+from roar_core.pipeline.spoolfiles import (
     REJECTED,
     SENDER_LOCK,
     Record,
@@ -107,7 +107,7 @@ class Spool:
         except OSError as e:  # appends will fail (and say so); the caller's task must not
             log.warning("roar: cannot create the OpenLineage spool %s: %s", self.directory, e)
         if client is not None:
-            from roar_core import delivery
+            from roar_core.pipeline import delivery
 
             delivery.limit_retries(client.transport)
         self._client = client
@@ -392,7 +392,7 @@ class Spool:
 
     def _deliver(self, client: OpenLineageClient, rec: Record) -> bool:
         """Send one record: True when done with it (delivered or set aside), False to retry."""
-        from roar_core import delivery  # the client's import (~0.2 s): only where we send
+        from roar_core.pipeline import delivery  # the client's import (~0.2 s): only where we send
 
         try:
             data = orjson.loads(rec.body)
@@ -441,7 +441,7 @@ class Spool:
         log.warning("roar: %s; events kept in %s and retried: %s", what, self.directory, reason)
 
     def _get_client(self) -> OpenLineageClient | None:
-        from roar_core import delivery
+        from roar_core.pipeline import delivery
 
         with self._client_lock:
             if self._client is None:
@@ -460,7 +460,7 @@ class Spool:
 def _valid_text(value: Any) -> Any:
     """`value` with every str made valid text (json would write a lone surrogate as an
     escape that no strict reader, orjson's or Marquez's, accepts)."""
-    from roar_core.classification import shown_text
+    from roar_core.pipeline.classification import shown_text
 
     if isinstance(value, str):
         return shown_text(value)

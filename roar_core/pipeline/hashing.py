@@ -137,8 +137,8 @@ class Hasher:
     results keep the path as given. The cache is the caller's: ``close()`` shuts the pool down
     and leaves the cache open.
 
-    With ``native`` (and the batch hasher built, see :mod:`roar_core.nativehash`), the small
-    files go through it in chunks on the pool: a file it could not read, or whose stat after
+    With ``native`` (and the batch hasher built, see :mod:`roar_core.pipeline.nativehash`), the
+    small files go through it in chunks on the pool: a file it could not read, or whose stat after
     the read differs from the one before, is done again in Python.
     """
 

@@ -34,9 +34,9 @@ def _parse_run(args: list[str]) -> tuple[str | None, list[str]] | None:
 def main() -> None:
     args = sys.argv[1:]
     if args[:1] == ["run"] and (parsed := _parse_run(args[1:])) is not None:
-        from roar_core.runner import main_fast
+        from roar_core.cli.run import main_fast
 
         main_fast(*parsed)
-    from roar_core.cli import main as cli_main
+    from roar_core.cli.commands import main as cli_main
 
     cli_main()

@@ -15,7 +15,7 @@ command's own output stays untouched on stdout.
 
 This module parses arguments and imports little: `run` (without --wait) must cost the command
 milliseconds, not the ~0.5 s that SQLAlchemy, Alembic, rich and openlineage take to import.
-Output and the heavier setup live in `cli_views`, imported by the commands that need it.
+Output and the heavier setup live in `views`, imported by the commands that need it.
 """
 
 from __future__ import annotations
@@ -84,14 +84,14 @@ def run(job_name: str | None, wait: bool, command: tuple[str, ...]) -> None:
     COMMAND's stdout and stderr are left alone; a short summary follows on stderr.
     roar-core exits with COMMAND's exit code, or dies of the same signal.
     """
-    from roar_core import runner
+    from roar_core.cli import run as runner
 
     argv = list(command)
     cfg = _load_config()
     if cfg.disabled:
         rc = runner.run_untraced(argv)
     elif wait:
-        from roar_core import cli_views
+        from roar_core.cli import views as cli_views
 
         rc = cli_views.run_and_record(cfg, argv, job_name)
     else:
@@ -111,7 +111,7 @@ def run(job_name: str | None, wait: bool, command: tuple[str, ...]) -> None:
               help="How many recent runs to list.")
 def show(target: str | None, limit: int) -> None:
     """List recent task runs, or show one run, or the recorded versions of one file."""
-    from roar_core import cli_views as views
+    from roar_core.cli import views
 
     cfg = _load_config()
     if target is None:
@@ -143,7 +143,7 @@ def show(target: str | None, limit: int) -> None:
 @click.option("--json", "as_json", is_flag=True, help="LineageGraph.to_dict() as JSON.")
 def lineage(key: str, upstream: bool, depth: int | None, as_json: bool) -> None:
     """Ancestry (or descendants) of a file or a content digest, linked by content hash."""
-    from roar_core import cli_views as views
+    from roar_core.cli import views
 
     g = views.query(_load_config(), key, ["upstream" if upstream else "downstream"], depth)
     if as_json:
@@ -152,7 +152,7 @@ def lineage(key: str, upstream: bool, depth: int | None, as_json: bool) -> None:
         click.echo("\n".join(views.tree_lines(g)))
 
 
-GRAPH_FORMATS = ("dot", "html", "svg")  # roar_core.graph.FORMATS, without importing it here
+GRAPH_FORMATS = ("dot", "html", "svg")  # roar_core.cli.graph.FORMATS, without importing it here
 
 
 @cli.command()
@@ -166,8 +166,8 @@ GRAPH_FORMATS = ("dot", "html", "svg")  # roar_core.graph.FORMATS, without impor
 @click.option("--depth", type=click.IntRange(min=0), metavar="N")
 def graph(key: str, fmt: str, output: Path | None, direction: str, depth: int | None) -> None:
     """A picture of a file's lineage: self-contained HTML, SVG, or Graphviz DOT."""
-    from roar_core import cli_views as views
-    from roar_core import graph as graph_mod
+    from roar_core.cli import graph as graph_mod
+    from roar_core.cli import views
 
     directions = ["upstream", "downstream"] if direction == "both" else [direction]
     g = views.query(_load_config(), key, directions, depth)
@@ -191,8 +191,8 @@ def graph(key: str, fmt: str, output: Path | None, direction: str, depth: int | 
               metavar="S", help="Give up after S seconds; the rest stays spooled.")
 def flush(timeout: float) -> None:
     """Send the OpenLineage events still in the spool. Exit 0 when none is left."""
-    from roar_core import cli_views as views
-    from roar_core.spool import Spool
+    from roar_core.cli import views
+    from roar_core.pipeline.spool import Spool
 
     cfg = _load_config()
     views.drain_pending(cfg, required=False)  # runs being recorded have events to spool
@@ -236,7 +236,7 @@ def env(engine: str) -> None:
 @cli.command()
 def doctor() -> None:
     """Check the tracer, the store, OpenLineage and the spool. Exit 1 if one is broken."""
-    from roar_core import cli_views as views
+    from roar_core.cli import views
 
     checks = [views.check_tracer()]
     try:
@@ -272,8 +272,8 @@ def _fail(message: str, code: int) -> NoReturn:
 
 def _report(e: Exception) -> NoReturn:
     """One line and an exit code for anything a command raised."""
-    from roar_core.store_records import StoreError
-    from roar_core.tracelog import TraceLogError
+    from roar_core.pipeline.store_records import StoreError
+    from roar_core.pipeline.tracelog import TraceLogError
 
     if isinstance(e, CliError):
         _fail(str(e), e.code)

@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from roar_core import declared as declared_mod
-from roar_core.classification import FileAccess, PathFilter, TaskIO, classify
-from roar_core.statcache import FileState
-from roar_core.tracelog import Record
+from roar_core.pipeline import declared as declared_mod
+from roar_core.pipeline.classification import FileAccess, PathFilter, TaskIO, classify
+from roar_core.pipeline.statcache import FileState
+from roar_core.pipeline.tracelog import Record
 
 if TYPE_CHECKING:  # imported when there are files to hash: blake3 and the native hasher
-    from roar_core.hashing import Hasher, HashResult
+    from roar_core.pipeline.hashing import Hasher, HashResult
 
 CHANGED_BY_TASK = "the task changed it before the version it read could be hashed"
 CHANGED_AFTER_OPEN = "it changed after the task opened it"
@@ -221,7 +221,7 @@ def from_json(text: str) -> Capture:
 def hasher_for(cfg, stat_cache: bool = True) -> Hasher:
     """A hasher with the stat cache of a `roar_core.config.Config` (closing it closes both);
     `stat_cache=False`: with one in memory (the home cannot be written)."""
-    from roar_core.hashing import Hasher, StatCache
+    from roar_core.pipeline.hashing import Hasher, StatCache
 
     return Hasher(StatCache(cfg.statcache_path if stat_cache else None),
                   workers=cfg.hash_workers or None, native=cfg.native_hash, owns_cache=True)
@@ -248,8 +248,8 @@ class WorkerCapture:
     def __init__(self, session: str | os.PathLike, keep: PathFilter, hasher: Hasher):
         import time
 
-        from roar_core import tracer
-        from roar_core.session import SessionCollector
+        from roar_core.pipeline import tracer
+        from roar_core.recording.sessions import SessionCollector
 
         self.keep, self.hasher = keep, hasher
         self._shim = tracer.loaded()
@@ -264,8 +264,8 @@ class WorkerCapture:
             return self._take(tag)
 
     def _take(self, tag: str) -> dict[str, Any]:
-        from roar_core.attribution import UNATTRIBUTED
-        from roar_core.tracelog import LINEAGE_OPS
+        from roar_core.pipeline.attribution import UNATTRIBUTED
+        from roar_core.pipeline.tracelog import LINEAGE_OPS
 
         self._collector.collect(live=True)
         records = self._collector.take(tag).records

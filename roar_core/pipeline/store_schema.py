@@ -1,8 +1,8 @@
 """Tables of the lineage store (SQLAlchemy 2 declarative models).
 
 The migrations in `roar_core/migrations/versions/` create exactly these tables; a test compares
-the two so they cannot drift. Only `roar_core.store` should touch these classes: callers use its
-dataclasses instead.
+the two so they cannot drift. Only `roar_core.pipeline.store` should touch these classes:
+callers use its dataclasses instead.
 """
 
 from __future__ import annotations

@@ -23,14 +23,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from roar_core import tracer
 from roar_core.config import Config
+from roar_core.pipeline import tracer
 from roar_core.recording import tasklog
+from roar_core.recording.sessions import SessionCollector, run_traced
 from roar_core.recording.tasklog import TaskLog
-from roar_core.session import SessionCollector, run_traced
 
 if TYPE_CHECKING:  # imported when a run touched files: not on `roar-core run true`'s path
-    from roar_core.capture import Capture
+    from roar_core.pipeline.capture import Capture
 
 RUN_PREFIX = "run-"  # a run's own tracer session, in the log's directory
 RECORDER_IDLE_S = 2.0  # the recorder waits this long for the next run before it exits
@@ -103,7 +103,7 @@ def spare_dir(cfg: Config) -> Path | None:
     """Where runs go while the roar home cannot be written: this user's in-memory
     directory, one per home.  It outlives the processes (not a reboot), and the sweep of
     stale in-memory sessions leaves it alone."""
-    from roar_core.session import SPARE_PREFIX, memory_sessions_dir
+    from roar_core.recording.sessions import SPARE_PREFIX, memory_sessions_dir
 
     memory = memory_sessions_dir()
     if memory is None:
@@ -230,7 +230,7 @@ def run(cfg: Config, argv: list[str], job_name: str | None = None, *,
                                 stat_cache=begun.directory == cfg.sessions_dir)
             read = (events, collector.logs_read, list(collector.errors), taken)
             if taken is not None:
-                from roar_core.capture import to_dict
+                from roar_core.pipeline.capture import to_dict
 
                 captured = to_dict(taken)
         except Exception as e:  # the recorder takes the versions later, as best it can
@@ -255,19 +255,19 @@ def capture_now(cfg: Config, records: list, roar: Any = None, stat_cache: bool =
                 ) -> Capture | None:
     """The run's file versions, taken now that its command has ended and before `roar-core
     run` returns to the shell: the next command may rewrite or delete them at once, and
-    the recorder, running later, must record what this one left (roar_core.capture).
+    the recorder, running later, must record what this one left (roar_core.pipeline.capture).
     `roar`: with its hasher (and progress); else one of `cfg`'s, with its stat cache on
     disk unless `stat_cache=False` (the home cannot be written)."""
-    from roar_core.tracelog import LINEAGE_OPS
+    from roar_core.pipeline.tracelog import LINEAGE_OPS
 
     if not any(r.op in LINEAGE_OPS for r in records):
         return None  # nothing to hash (`true`): the recorder finds that too
-    from roar_core import capture
+    from roar_core.pipeline import capture
 
     if roar is not None:
-        rec = roar.recorder
+        rec = roar.writer
         return capture.capture(records, rec.keep, rec.hasher, progress=rec.progress)
-    from roar_core.classification import PathFilter
+    from roar_core.pipeline.classification import PathFilter
 
     with capture.hasher_for(cfg, stat_cache=stat_cache) as hasher:
         return capture.capture(records, PathFilter.for_config(cfg), hasher)
@@ -355,7 +355,7 @@ def _run_plain(argv: list[str]) -> int:
 
 
 def main_fast(job_name: str | None, argv: list[str]) -> None:
-    """`roar-core run` without the click CLI (see roar_core.entry)."""
+    """`roar-core run` without the click CLI (see roar_core.cli.entry)."""
     from roar_core import config
 
     try:

@@ -1,7 +1,7 @@
 """The batch hasher built from tracer-bins/hashbatch (Rust), loaded with ctypes.
 
 It hashes a list of small files in one call with the GIL released, one attempt per file;
-`roar_core.hashing` decides from each result whether the file stayed put and redoes the
+`roar_core.pipeline.hashing` decides from each result whether the file stayed put and redoes the
 rest itself.  Optional: where the package was built without cargo, `load()` is None and
 hashing stays in Python.
 """
@@ -23,7 +23,7 @@ _OUT = struct.Struct("<iiQqQQqqq64s")
 
 
 def library_path() -> Path:
-    return Path(__file__).resolve().parent / "_bin" / LIB_NAME
+    return Path(__file__).resolve().parents[1] / "_bin" / LIB_NAME
 
 
 class BatchHasher:

@@ -24,9 +24,9 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
-from roar_core import tracelog, tracer
-from roar_core.attribution import Context, TaskEvents, attribute
 from roar_core.config import Config
+from roar_core.pipeline import tracelog, tracer
+from roar_core.pipeline.attribution import Context, TaskEvents, attribute
 
 
 def new_session_dir(config: Config, name: str | None = None, *,
