@@ -9,7 +9,7 @@ process to mark it recorded.  The recorder stores (SQLite) and, with --emit, spo
 events to a file transport.  Everything lives in a temporary ROAR_HOME.
 
     python bench/bench_recording.py [--tasks 200] [--parallel 1] [--warmup 20] [--emit]
-                                    [--no-wait]
+                                    [--no-wait] [--profile OUT]
 
 --parallel 0: the tasks run one after the other in the worker itself, one task log for all
 (as in a Ray worker); otherwise each in a forked process with a log of its own (Airflow).
@@ -134,6 +134,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--emit", action="store_true", help="spool events (file transport)")
     ap.add_argument("--no-wait", action="store_true")
+    ap.add_argument("--profile", metavar="OUT", help="py-spy the recorder (collapsed stacks)")
     args = ap.parse_args()
 
     from roar_core import config
@@ -171,10 +172,19 @@ def main() -> None:
     run(1, args.warmup)
     caught_up()
     pid = _recorder_pid(session)
+    spy = None
+    if args.profile:  # py-spy's collapsed stacks of the recorder over the measured tasks
+        spy = subprocess.Popen(["py-spy", "record", "--pid", str(pid), "-r", "1000", "-f",
+                                "raw", "-o", args.profile], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+        time.sleep(1.0)
     cpu0 = _cpu_s(pid)
     results = run(1 + args.warmup, args.tasks)
     caught_up()
     cpu = _cpu_s(pid) - cpu0
+    if spy is not None:
+        spy.send_signal(2)
+        spy.wait()
     worker.stdin.close()
     worker.wait()
     lost = sum(not r["ok"] for r in results)

@@ -124,11 +124,11 @@ class CausalOrder:
 
 
 class Follower:
-    """Records the tasks that other processes journal in `directory`, from this process.
+    """Records the tasks that other processes log in `directory`, from this process.
 
     `poll()` does one pass: START for tasks begun since the last pass, the lineage of tasks
-    that ended, and everything a dead process left (then its journal is removed).  Run one
-    follower per directory (the caller holds a lock); journals of other hosts are skipped.
+    that ended, and everything a dead process left (then its task log is removed).  Run one
+    follower per directory (the caller holds a lock); task logs of other hosts are skipped.
     `lifetime_status()` says how a `lifetime` task ends when its process dies with it open.
     """
 
@@ -158,7 +158,7 @@ class Follower:
         self._host = socket.gethostname()
         self._files: dict[Path, _Followed] = {}
         self._foreign: set[Path] = set()
-        # Since the last sync: the spool's open batch, and the journals whose marks wait
+        # Since the last sync: the spool's open batch, and the task logs whose marks wait
         # on it (a task is marked recorded only once its events are durable).
         self._window: ExitStack | None = None
         self._window_since = 0.0
@@ -175,8 +175,8 @@ class Follower:
 
     def poll(self) -> int:
         """One pass; returns how many tasks it recorded (lineage, not STARTs).  Everything
-        journaled before the pass began is recorded when it returns (durable and marked in
-        the journals at the next sync)."""
+        logged before the pass began is recorded when it returns (durable and marked in
+        the task logs at the next sync)."""
         if self._window is None:
             self._window = ExitStack()
             if self.roar.spool is not None:  # one fsync of the spool per window
@@ -300,8 +300,8 @@ class Follower:
             followed.append(f)
             self._advance(f, begun)
         # Causal order: a task that read another's output ended after it.  The end lines
-        # read above may include a consumer's whose producer's line (in another journal,
-        # read earlier) was appended meanwhile: read every journal once more, then record
+        # read above may include a consumer's whose producer's line (in another task log,
+        # read earlier) was appended meanwhile: read every task log once more, then record
         # all ended tasks of the node in the order they ended, so no COMPLETE is spooled
         # before its inputs' producers'.
         for f in followed:
@@ -553,7 +553,7 @@ class Follower:
                 self._unstage()
             except StoreError:
                 # Its START may be stored already: by a follower that died before marking
-                # it in the journal.  Else the error stands.
+                # it in the task log.  Else the error stands.
                 if entry.started or self.roar.store.task_run(entry.meta.run_id) is None:
                     raise
                 result = self.roar.writer.record(

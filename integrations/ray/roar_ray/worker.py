@@ -5,10 +5,11 @@ in front of the user's own).  It wraps the functions Ray's
 `FunctionActorManager.get_execution_info` hands to the task loop -- the one path behind
 normal tasks, actor creation and actor methods -- so that each call marks its boundaries:
 the tracer tag (`Shim.begin/end`, thread-local) and the task's identity (one line each in
-the worker's task journal, roar_core.journal).  As a task ends, before its result goes back
-to Ray, the core takes its file versions (roar_core.pipeline.capture.WorkerCapture: its files
-classified and hashed now, so the next task cannot change them); the node's recorder
-process (roar_ray.recorder) follows the journals and does the rest (store, events).
+the worker's task log, roar_core.recording.tasklog).  As a task ends, before its result
+goes back to Ray, the core takes its file versions (roar_core.pipeline.capture
+.WorkerCapture: its files classified and hashed now, so the next task cannot change them);
+the node's recorder process (roar_core.recording.recorder) follows the task logs and does
+the rest (store, events).
 
 - Normal and threaded-actor calls set the tag on their thread for the whole call.
 - Async actor calls set it around each coroutine step (roar_ray._steps).
