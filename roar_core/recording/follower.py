@@ -700,7 +700,7 @@ class _Followed:
 def recover(roar: Roar, directory: str | os.PathLike, *,
             lifetime_status: str = "ABORT") -> int:
     """Record what the dead processes of `directory` left unrecorded, without a follower
-    (the caller makes sure none runs on this directory); returns how many tasks.  Journals
+    (the caller makes sure none runs on this directory); returns how many tasks.  Task logs
     of live processes and of other hosts are left alone."""
     follower = Follower(roar, directory, lifetime_status=lambda: lifetime_status)
     done = 0
