@@ -430,10 +430,13 @@ class Store:
         elif untraced_reason is not None:
             values["untraced_reason"] = untraced_reason
         checked = [checked_access(a) for a in accesses]
-        row = _task_run_row(started) if started is not None else None
         with self._transaction(f"cannot finish task run {run_id}", write=True) as conn:
-            if row is not None:
-                conn.execute(insert(_TASK_RUNS), row)
+            if started is not None:
+                # Started and ended in one commit: its row goes in as it ends (one statement,
+                # not an insert and an update), and its start time is known.
+                conn.execute(insert(_TASK_RUNS), {**_task_run_row(started), **values})
+                return (_record_accesses(conn, run_id, checked, started.started_at)
+                        if checked else [])
             recorded = _record_accesses(conn, run_id, checked) if checked else []
             done = conn.execute(
                 _finish_task(tuple(sorted(values))), {**values, "finished_run_id": run_id}
@@ -781,14 +784,16 @@ _TIMES = ("recorded_at", "last_seen_at")
 
 
 def _record_accesses(
-    conn: Connection, task_run_id: str, checked: list[Access]
+    conn: Connection, task_run_id: str, checked: list[Access],
+    started_at: datetime | None = None,
 ) -> list[AccessRecord]:
     # One row per (uri, digest): a batch may repeat a file (e.g. read by two processes).
     # Sorted, so concurrent PostgreSQL writers lock shared rows in one order (no deadlock).
     inputs = _unique_sorted(a for a in checked if a.role == "input" and a.digest)
     outputs = _unique_sorted(a for a in checked if a.role == "output" and a.digest)
     now = _utcnow()
-    started_at = conn.execute(_STARTED_AT, {"run_id": task_run_id}).scalar_one_or_none()
+    if started_at is None:
+        started_at = conn.execute(_STARTED_AT, {"run_id": task_run_id}).scalar_one_or_none()
     if started_at is None:
         raise StoreError(f"unknown task run {task_run_id}")
     sizes: dict[str, int | None] = {}
