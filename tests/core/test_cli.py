@@ -567,3 +567,46 @@ def test_a_shell_script_run_is_named_by_its_first_command(tmp_path: Path) -> Non
     assert "job mine, run " in proc.stderr.decode()  # --job still wins
     listed = cli.ok("show")
     assert "sort -rn raw.csv" in listed and "wc -l clean.csv" in listed and "mine" in listed
+
+
+def test_a_running_recorder_records_each_run_with_the_configuration_it_was_made_with(
+        tmp_path: Path) -> None:
+    """The home's recorder outlives a run (it waits for the next); a run made with another
+    configuration (here `file_host`, the namespace of its files' datasets) rewrites the
+    recorder's settings, and the running recorder records it with them, not with those of
+    the run that started it."""
+    import time
+
+    cli = make_cli(tmp_path)
+    home = Path(cli.env["ROAR_HOME"])
+    events = home / "openlineage" / "events.jsonl"
+    (cli.cwd / "a.txt").write_text("a\n")
+
+    def outputs() -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        if events.exists():
+            for e in map(json.loads, events.read_text().splitlines()):
+                if e["eventType"] == "COMPLETE":
+                    out[e["job"]["name"]] = [d["namespace"] for d in e["outputs"]]
+        return out
+
+    assert cli("run", "--job", "first", "--", "cp", "a.txt", "b.txt").returncode == 0
+    # A run still going keeps the recorder there (its producer is alive).
+    long = subprocess.Popen([ROAR, "run", "--job", "long", "--", "sleep", "4"], cwd=cli.cwd,
+                            env=cli.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while "first" not in outputs():
+        assert time.monotonic() < deadline, "the first run was not recorded"
+        time.sleep(0.05)
+    running = _recorders_of(home)
+    assert running, "no recorder running: the case this test is about"
+    other = cli("run", "--job", "second", "--", "cp", "b.txt", "c.txt",
+                env={**cli.env, "ROAR_FILE_HOST": "elsewhere"})
+    assert other.returncode == 0
+    assert long.wait(timeout=30) == 0
+    deadline = time.monotonic() + 30
+    while _recorders_of(home) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    got = outputs()
+    assert running[0] not in _recorders_of(home)
+    assert got["first"] == ["file"] and got["second"] == ["file://elsewhere"], got
