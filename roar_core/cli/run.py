@@ -273,6 +273,56 @@ def capture_now(cfg: Config, records: list, roar: Any = None, stat_cache: bool =
         return capture.capture(records, PathFilter.for_config(cfg), hasher)
 
 
+def adopt_old_runs(cfg: Config) -> int:
+    """Runs that a roar-core before the task log left unrecorded (`run-*/runner.json`, a
+    session of their own each, ended or whose runner died): each gets a task log of its
+    own, with its begin and end, for the recorder to record like any run (an upgrade loses
+    nothing).  Returns how many."""
+    import json
+
+    from roar_core.recording.sessions import pid_alive
+
+    adopted = 0
+    host = socket.gethostname()
+    for base in log_dirs(cfg):
+        try:
+            with os.scandir(base) as entries:
+                found = [Path(e.path) for e in entries if e.name.startswith(RUN_PREFIX)]
+        except OSError:
+            continue
+        for d in found:
+            try:
+                info = json.loads((d / "runner.json").read_text())
+                done = json.loads((d / "task.json").read_text()) if (
+                    d / "task.json").exists() else None
+                if done is None and (info["host"] != host or pid_alive(int(info["pid"]))):
+                    continue  # its command still runs (under the older roar-core)
+                meta = {"run_id": info["run_id"], "engine": "cli", "namespace": cfg.namespace,
+                        "job_name": info["job_name"], "started_at": info["started_at"],
+                        "command": info["argv"], "host": info["host"], "pid": info["pid"],
+                        "traced": info["traced"], "untraced_reason": info.get("untraced_reason")}
+                # start -1: its producer is gone, whatever process has that pid now.
+                lines = [{"v": tasklog.VERSION, "pid": info["pid"], "start": -1,
+                          "host": info["host"], "common": {}},
+                         {"b": meta, "d": d.name}]
+                if done is not None:
+                    status, error = _outcome(int(done["returncode"]))
+                    end = {"e": info["run_id"], "s": status, "t": done["ended_at"],
+                           "x": done["returncode"], "m": error}
+                    if (d / "capture.json").exists():
+                        end["c"] = json.loads((d / "capture.json").read_text())
+                    lines.append(end)
+                name = f"{tasklog.PREFIX}adopted-{d.name}{tasklog.SUFFIX}"
+                tmp = base / f".{name}"
+                tmp.write_text("".join(json.dumps(x) + "\n" for x in lines))
+                os.replace(tmp, base / name)
+                os.rename(d / "runner.json", d / "runner.json.adopted")
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            adopted += 1
+    return adopted
+
+
 def hand_off(cfg: Config, directory: Path | None = None) -> None:
     """Have the recorder of the home's sessions directory record what is there (started if
     none runs), with this configuration; and that of the spare directory, where runs wait
@@ -326,6 +376,7 @@ def run_detached(cfg: Config, argv: list[str], job_name: str | None = None) -> i
     if begun is None:
         return ran.returncode
     if begun.directory == cfg.sessions_dir:
+        adopt_old_runs(cfg)
         hand_off(cfg)
         print(f"roar-core: job {begun.job_name}, run {begun.run_id} "
               f"({how_it_ended(ran.returncode)}): recording in the background; "

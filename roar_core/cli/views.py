@@ -175,9 +175,10 @@ def drain_pending(cfg: config_mod.Config, required: bool = True) -> None:
     recorder that is at it.  `required=False` (flush: the events already spooled go out
     whatever the store's state): a store that cannot be opened is a warning, and the runs
     stay pending."""
-    from roar_core.cli.run import log_dirs
+    from roar_core.cli.run import adopt_old_runs, log_dirs
     from roar_core.recording import recorder, tasklog
 
+    adopt_old_runs(cfg)
     dirs = [d for d in log_dirs(cfg) if tasklog.log_paths(d)]
     if not dirs:
         return

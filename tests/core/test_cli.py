@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -610,3 +611,37 @@ def test_a_running_recorder_records_each_run_with_the_configuration_it_was_made_
     got = outputs()
     assert running[0] not in _recorders_of(home)
     assert got["first"] == ["file"] and got["second"] == ["file://elsewhere"], got
+
+
+def test_runs_an_older_roar_core_left_pending_are_recorded_after_an_upgrade(
+        tmp_path: Path) -> None:
+    """Before the task log, `roar-core run` left each run as a session of its own
+    (`runner.json`, `task.json`, the tracer's logs) for a background recorder: a run still
+    pending when roar-core is upgraded is recorded by the next command that reads lineage,
+    with the version of its output the command left."""
+    from roar_core import config
+    from roar_core.pipeline import tracer
+    from roar_core.recording.sessions import run_traced
+
+    if not tracer.status().usable:
+        pytest.skip(tracer.status().reason)
+    cli = make_cli(tmp_path)
+    cfg = config.load(cwd=cli.cwd, env=cli.env)
+    (cli.cwd / "in.txt").write_text("old\n")
+    session = cfg.sessions_dir / "run-0123456789abcdef"
+    session.mkdir(parents=True)
+    run_id = "0190c000-0000-7000-8000-000000000001"
+    argv = ["cp", "in.txt", "out.txt"]
+    assert run_traced(argv, session, run_id, cwd=cli.cwd) == 0
+    (session / "runner.json").write_text(json.dumps({
+        "run_id": run_id, "job_name": "old", "argv": argv, "cwd": str(cli.cwd),
+        "started_at": "2026-11-20T10:00:00+00:00", "pid": 999999999,
+        "host": socket.gethostname(), "traced": True, "untraced_reason": None}))
+    (session / "task.json").write_text(json.dumps(
+        {"ended_at": "2026-11-20T10:00:01+00:00", "returncode": 0}))
+
+    listing = cli.ok("show")
+    (line,) = [x for x in listing.splitlines() if run_id in x]
+    assert " old " in line and "COMPLETE" in line, listing
+    assert f"{cli.cwd / 'out.txt'}  {b3(cli.cwd / 'out.txt')}" in cli.ok("show", run_id)
+    assert not session.exists()  # recorded: its session went with it
