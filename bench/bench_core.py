@@ -36,7 +36,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_tracer import build_workload, clean_env, find_peer, fit  # noqa: E402
+from bench_tracer import (  # noqa: E402
+    build_workload,
+    clean_env,
+    find_peer,
+    fit,
+    recorder_pids,
+)
 
 ROOT = HERE.parent
 ROAR_CORE = str(Path(sys.executable).parent / "roar-core")
@@ -92,15 +98,7 @@ def wait_delivered(home: Path, timeout: float = 300.0) -> float:
 def background_recorders() -> list[int]:
     """Detached recorder processes still alive (one may still be exiting after its last
     delivery: the next timed run must not share the CPU with it)."""
-    pids = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if b"roar_core.recording.recorder" in (d / "cmdline").read_bytes():
-                    pids.append(int(d.name))
-            except OSError:
-                pass
-    return pids
+    return recorder_pids()
 
 
 def peer_run(peer, argv: list[str], env: dict[str, str], cwd: Path) -> list[str]:

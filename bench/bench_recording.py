@@ -108,15 +108,10 @@ def _cpu_s(pid: int) -> float:
 
 
 def _recorder_pid(session: Path) -> int:
-    needle = str(session).encode()
-    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if b"roar_core.recording.recorder" in argv and needle in argv:
-            return int(pid)
+    from bench_tracer import recorder_pids
+
+    for pid in recorder_pids(session):
+        return pid
     raise SystemExit("no recorder process (see recorder.log in the session)")
 
 

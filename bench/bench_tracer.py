@@ -614,5 +614,20 @@ def report(results, variants: list[str], files_n, rw_k, started: float) -> None:
     print(f"\nloadavg {la} (at end); {time.monotonic() - started:.0f} s of runs")
 
 
+def recorder_pids(directory: Path | None = None) -> list[int]:
+    """roar's recorder processes alive now (of `directory` only, when given), from /proc."""
+    needle = None if directory is None else os.fsencode(directory)
+    pids = []
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"roar_core.recording.recorder" in argv and (needle is None or needle in argv):
+            pids.append(int(pid))
+    return pids
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -13,7 +13,6 @@ Tasks reach it one way only: their producers' task logs, followed by the recorde
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable, Iterable
 from datetime import datetime
@@ -25,8 +24,6 @@ from roar_core.pipeline.hashing import Hasher, StatCache
 from roar_core.pipeline.spool import Spool
 from roar_core.pipeline.store import Store, StoreError, WorkflowRun
 from roar_core.pipeline.writer import LineageWriter, now
-
-log = logging.getLogger("roar")
 
 
 def default_client(cfg: config_mod.Config):

@@ -27,7 +27,7 @@ from roar_core.config import Config
 from roar_core.pipeline import tracer
 from roar_core.recording import tasklog
 from roar_core.recording.sessions import SessionCollector, run_traced
-from roar_core.recording.tasklog import TaskLog
+from roar_core.recording.tasklog import Given, TaskLog
 
 if TYPE_CHECKING:  # imported when a run touched files: not on `roar-core run true`'s path
     from roar_core.pipeline.capture import Capture
@@ -197,7 +197,7 @@ def begin(cfg: Config, argv: list[str], job_name: str, traced: bool,
 class Ran:
     returncode: int  # as subprocess reports it: < 0 means killed by that signal
     begun: Begun | None  # None: nowhere to write the run, it ran untraced
-    read: tuple | None = None  # its session as read here (events, logs read, errors)
+    read: Given | None = None  # its session as read here, and the versions taken
     wait_fd: int | None = None
 
 
@@ -223,12 +223,10 @@ def run(cfg: Config, argv: list[str], job_name: str | None = None, *,
     read = captured = None
     if collector is not None:
         try:
-            collector.collect(settle=True)
-            events = collector.take_all()
-            collector.close()
-            taken = capture_now(cfg, events.records, roar,
+            whole = collector.read_whole()
+            taken = capture_now(cfg, whole.events.records, roar,
                                 stat_cache=begun.directory == cfg.sessions_dir)
-            read = (events, collector.logs_read, list(collector.errors), taken)
+            read = Given(whole, taken)
             if taken is not None:
                 from roar_core.pipeline.capture import to_dict
 
@@ -301,21 +299,17 @@ def adopt_old_runs(cfg: Config) -> int:
                         "job_name": info["job_name"], "started_at": info["started_at"],
                         "command": info["argv"], "host": info["host"], "pid": info["pid"],
                         "traced": info["traced"], "untraced_reason": info.get("untraced_reason")}
-                # start -1: its producer is gone, whatever process has that pid now.
-                lines = [{"v": tasklog.VERSION, "pid": info["pid"], "start": -1,
-                          "host": info["host"], "common": {}},
-                         {"b": meta, "d": d.name}]
+                end = None
                 if done is not None:
-                    status, error = _outcome(int(done["returncode"]))
-                    end = {"e": info["run_id"], "s": status, "t": done["ended_at"],
-                           "x": done["returncode"], "m": error}
-                    if (d / "capture.json").exists():
-                        end["c"] = json.loads((d / "capture.json").read_text())
-                    lines.append(end)
-                name = f"{tasklog.PREFIX}adopted-{d.name}{tasklog.SUFFIX}"
-                tmp = base / f".{name}"
-                tmp.write_text("".join(json.dumps(x) + "\n" for x in lines))
-                os.replace(tmp, base / name)
+                    rc = int(done["returncode"])
+                    status, error = _outcome(rc)
+                    end = tasklog.end_entry(
+                        info["run_id"], status, error=error, exit_code=rc,
+                        ended_at=datetime.fromisoformat(done["ended_at"]),
+                        captured=json.loads((d / "capture.json").read_text())
+                        if (d / "capture.json").exists() else None)
+                tasklog.write_gone(base, f"adopted-{d.name}", info["pid"], info["host"],
+                                   meta, d.name, end)
                 os.rename(d / "runner.json", d / "runner.json.adopted")
             except (OSError, ValueError, KeyError, TypeError):
                 continue
@@ -441,11 +435,8 @@ def run_command(roar, argv: list[str], job_name: str | None = None) -> RunResult
         log.done_waiting(run_id, ran.wait_fd)
     answer = log.results.get(run_id)
     if answer is not None and answer.get("ok") and all(log.results.values()):
-        _drop_log(begun.directory)  # every run it holds is recorded
-        try:
-            os.unlink(log.path)
-        except OSError:
-            pass
+        log.remove()  # every run it holds is recorded
+        _drop_log(begun.directory)
     if not answer or not answer.get("ok"):
         why = (answer or {}).get("error") or "the recorder could not record this run"
         return RunResult(ran.returncode, None, f"{why} (kept, to retry)", run_id)

@@ -1,8 +1,8 @@
 """What the `roar-core` commands print, and the heavier setup they need (store, recorder).
 
-Kept apart from `cli.py`, which only parses arguments, so that `roar-core run --no-wait` never
-imports rich, SQLAlchemy or openlineage: `cli.py` imports this module inside the commands that
-need it.
+Kept apart from `commands.py`, which only parses arguments, so that `roar-core run --no-wait`
+never imports rich, SQLAlchemy or openlineage: `commands.py` imports this module inside the
+commands that need it.
 """
 
 from __future__ import annotations

@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING
 
 from roar_core.pipeline.attribution import UNATTRIBUTED
 from roar_core.pipeline.store_records import StoreError
-from roar_core.recording.sessions import SessionCollector
+from roar_core.recording.sessions import SessionCollector, WholeSession
 from roar_core.recording.tasklog import (
     WAIT_PREFIX,
     Entry,
+    Given,
     TaskLogFile,
     log_paths,
     poke,
@@ -136,13 +137,13 @@ class Follower:
                  lifetime_status: Callable[[], str] = lambda: "ABORT",
                  alive: Callable[[int, int], bool] = process_alive,
                  sync_every: float = 0.0, order: CausalOrder | None = None,
-                 hold_start_s: float = 0.0, given: dict[str, tuple] | None = None):
+                 hold_start_s: float = 0.0, given: dict[str, Given] | None = None):
         """`sync_every`: while passes keep finding tasks, sync the spool at most this often
         (seconds; 0: after every pass).  An idle pass, and `sync()`, sync at once.
         `order`: other recorders of the same workflow run (other nodes) to keep behind.
         `hold_start_s`: how long a task's START may wait to go in with its end.  `given`:
-        run id -> (events, logs read, errors, Capture) of a task's own session, read and
-        captured by its producer, in this process."""
+        run id -> a task's own session and its capture, as its producer in this process
+        read and took them."""
         self.roar = roar
         self.given = dict(given or {})
         self.hold_start_s = hold_start_s
@@ -236,6 +237,9 @@ class Follower:
         """Let go of the files it holds open (call `sync` first)."""
         for f in self._files.values():
             f.close()
+        self._close_staged()
+
+    def _close_staged(self) -> None:
         if self._staged_fd >= 0:
             os.close(self._staged_fd)
             self._staged_fd = -1
@@ -263,8 +267,7 @@ class Follower:
             if f.done and self._files.get(f.tasklog.path) is f:
                 self._forget(f)
         if not self._files and self._staged_fd >= 0:  # nothing left to follow
-            os.close(self._staged_fd)
-            self._staged_fd = -1
+            self._close_staged()
             try:
                 os.unlink(self.directory / STAGED)
             except OSError:
@@ -329,8 +332,8 @@ class Follower:
             if entry.records is None:  # taken once: a retry records the same
                 given = self.given.pop(entry.meta.run_id, None)
                 if given is not None and entry.captured is not None:
-                    entry.taken = given[3]  # its capture as it is, not from its JSON
-                entry.records, entry.dropped = f.events(entry, given and given[:3])
+                    entry.taken = given.capture  # as it is, not from its JSON
+                entry.records, entry.dropped = f.events(entry, given and given.session)
                 outcome.dropped += entry.dropped
             tasks.append((f, entry, EndedTask(entry.meta, outcome, entry.records,
                                               start=not entry.started)))
@@ -632,19 +635,15 @@ class _Followed:
         self.unstarted: dict[str, Entry] = {}  # begun, START not recorded (held)
         self.own_dirs: list[str] = []  # tasks' own tracer sessions, recorded
 
-    def events(self, entry: Entry, read: tuple | None = None) -> tuple[list, int]:
+    def events(self, entry: Entry, read: WholeSession | None = None) -> tuple[list, int]:
         """The task's tracer records (and how many were lost): from its own session
-        when it has one (read whole: its processes are done; `read`: (events, logs read,
-        errors) of it, read by its producer), else by its tag."""
+        when it has one (read whole: its processes are done; `read`: as its producer read
+        it), else by its tag."""
         if entry.own_dir:
-            if read is None:
-                own = SessionCollector(self.collector.directory / entry.own_dir)
-                own.collect(settle=True)
-                # Every process there is the task's (a runner's command tags only its
-                # first: one that clears its environment is the task's all the same).
-                read = (own.take_all(), own.logs_read, own.errors)
-                own.close()
-            t, logs_read, errors = read
+            # Every process there is the task's (a runner's command tags only its first:
+            # one that clears its environment is the task's all the same).
+            t, logs_read, errors = read or SessionCollector(
+                self.collector.directory / entry.own_dir).read_whole()
             for err in errors:
                 log.warning("roar: task %s: %s", entry.meta.job_name, err)
             t.dropped += len(errors)

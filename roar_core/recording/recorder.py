@@ -183,9 +183,9 @@ def drain(roar, directory: Path, *, blocking: bool = False, lifetime_status: str
           given: dict | None = None) -> int | None:
     """Record in this process, with `roar`, every task of `directory` that has ended (and
     what dead producers left): a reader that needs all recorded now, or a producer that
-    records its own task (`roar-core run --wait`: `given` run id -> the collector that read
-    its session).  None when a recorder holds the directory (`blocking`: wait for it to
-    exit instead); else how many tasks were recorded."""
+    records its own task (`roar-core run --wait`: `given`, see Follower).  None when a
+    recorder holds the directory (`blocking`: wait for it to exit instead); else how many
+    tasks were recorded."""
     from roar_core.recording.follower import Follower
 
     try:

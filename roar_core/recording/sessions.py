@@ -23,6 +23,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from roar_core.config import Config
 from roar_core.pipeline import tracelog, tracer
@@ -255,6 +256,12 @@ def _sched_setattr() -> Callable[[bytes], int] | None:
     return lambda attr: syscall(nr, 0, ctypes.c_char_p(attr), 0)
 
 
+class WholeSession(NamedTuple):
+    events: TaskEvents
+    logs_read: int  # 0 with no error: its program left no trace (static, setuid)
+    errors: list[str]  # logs that could not be read (each one lost event)
+
+
 class SessionCollector:
     """Incremental reader of a session's logs.  Logs of processes still running are read
     up to their last committed record; the rest is picked up by the next collect()."""
@@ -423,6 +430,15 @@ class SessionCollector:
     def logs_read(self) -> int:
         """How many logs have been found and read so far."""
         return len(self._headers)
+
+    def read_whole(self) -> WholeSession:
+        """What a session whose command has ended holds: every record, whatever its tag (a
+        session that is one task's), how many logs were read and which could not be; then
+        the logs are let go."""
+        self.collect(settle=True)
+        whole = WholeSession(self.take_all(), self.logs_read, list(self.errors))
+        self.close()
+        return whole
 
     def take_all(self) -> TaskEvents:
         """Every record collected so far, whatever its tag, in time order (a session that

@@ -41,10 +41,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:  # the writing side stays light: producers import only this module
+    from roar_core.pipeline.capture import Capture
     from roar_core.pipeline.writer import TaskMeta, TaskOutcome
+    from roar_core.recording.sessions import WholeSession
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +83,15 @@ def process_alive(pid: int, start: int) -> bool:
     return not start or process_start(pid) in (0, start)
 
 
+class Given(NamedTuple):
+    """A task's own session as its producer read it, and the versions it took then: for
+    the follower when the producer records its task in its own process (no second read,
+    no round trip of the versions through JSON)."""
+
+    session: WholeSession
+    capture: Capture | None
+
+
 def meta_to_json(meta: TaskMeta) -> dict:
     """A TaskMeta in its log form."""
     d = {f: getattr(meta, f) for f in _META_FIELDS}
@@ -114,6 +125,32 @@ def meta_from_json(d: dict) -> TaskMeta:
 def _line(entry: dict) -> bytes:
     text = json.dumps(entry, separators=(",", ":"), default=str) + "\n"
     return text.encode("utf-8", "surrogateescape")
+
+
+def end_entry(run_id: str, status: str, *, error: str | None = None,
+              exit_code: int | None = None, ended_at: datetime | None = None,
+              captured: dict[str, Any] | None = None, pid: int | None = None,
+              shadow: tuple[str, str] | None = None) -> dict[str, Any]:
+    """A task's end line (see `TaskLog.ended`)."""
+    entry: dict[str, Any] = {"e": run_id, "s": status,
+                             "t": (ended_at or datetime.now(timezone.utc)).isoformat()}
+    for key, value in (("x", exit_code), ("m", error), ("c", captured), ("p", pid),
+                       ("sh", shadow)):
+        if value is not None:
+            entry[key] = value
+    return entry
+
+
+def write_gone(directory: Path, name: str, pid: int, host: str, meta: dict[str, Any],
+               own_dir: str, end: dict[str, Any] | None) -> None:
+    """The whole task log of one task whose producer is gone (a run an older roar-core
+    left): written under a hidden name, then renamed, so a recorder sees all of it or
+    nothing.  Start time -1: the producer is dead, whatever process has its pid now."""
+    lines = [{"v": VERSION, "pid": pid, "start": -1, "host": host, "common": {}},
+             {"b": meta, "d": own_dir}] + ([end] if end is not None else [])
+    tmp = directory / f".{PREFIX}{name}{SUFFIX}"
+    tmp.write_bytes(b"".join(_line(x) for x in lines))
+    os.replace(tmp, directory / f"{PREFIX}{name}{SUFFIX}")
 
 
 def _mkfifo(path: Path) -> int:
@@ -235,12 +272,8 @@ class TaskLog:
         the task's own process, known only now.  `shadow`: (shadow root, workdir) -- the
         task ran in a shadow directory whose paths name files of the workdir.  `wait`:
         returns a descriptor for `wait_for` (call it: it closes the descriptor)."""
-        entry: dict[str, Any] = {"e": run_id, "s": status,
-                                 "t": (ended_at or datetime.now(timezone.utc)).isoformat()}
-        for key, value in (("x", exit_code), ("m", error), ("c", captured), ("p", pid),
-                           ("sh", shadow)):
-            if value is not None:
-                entry[key] = value
+        entry = end_entry(run_id, status, error=error, exit_code=exit_code,
+                          ended_at=ended_at, captured=captured, pid=pid, shadow=shadow)
         fd = None
         if wait:
             entry["w"] = 1
