@@ -9,6 +9,13 @@ so that drift on a shared machine hits them alike.  One warm-up run per mode is 
 
 Prints one table: median wall time per mode, per job, and the ratio to the local executor.
 The acceptance bound is roar/local <= 1.10.
+
+`--cpu N`: then the CPU a `--executor roar` invocation adds to a local one on a 3-job
+workflow, N of each interleaved: the whole machine's CPU time (/proc/stat) from the start of
+`snakemake` to its exit (the roar executor returns once its recorder has recorded and
+exited), so the detached recorder and the fork server it came from are counted.  The first
+roar invocation of the bench finds no fork server (its own runtime directory) and is shown
+apart: what the first workflow after a boot or an upgrade pays.  Run it on an idle machine.
 """
 
 from __future__ import annotations
@@ -92,12 +99,56 @@ def run(mode: str, root: Path, args, home: Path) -> tuple[float, float]:
     return wall, recorded
 
 
+def machine_cpu() -> float:
+    """CPU seconds the whole machine has spent, all cores (user, nice, system, irq)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    busy = sum(fields[:3]) + sum(fields[5:8])  # not idle (3), not iowait (4)
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def invocation_cpu(root: Path, reps: int) -> None:
+    e = env()
+    rt = root / "runtime"
+    rt.mkdir(mode=0o700)
+    e["XDG_RUNTIME_DIR"] = str(rt)  # no fork server of this install yet: the first one starts
+    cpu: dict[str, list[float]] = {"local": [], "roar": []}
+    first = None
+    for rep in range(reps + 1):
+        for mode in ("local", "roar") if rep % 2 else ("roar", "local"):
+            d = workflow(root, 3, SHELL)
+            e["ROAR_HOME"] = str(root / "home-cpu")
+            cmd = [str(BIN / "snakemake"), "--executor", mode, "-j", "2", "--quiet", "all"]
+            time.sleep(0.3)  # the last run's stragglers (a recorder exiting) are done
+            c0 = machine_cpu()
+            done = subprocess.run(cmd, cwd=d, env=e, capture_output=True, text=True)
+            used = machine_cpu() - c0
+            if done.returncode != 0:
+                sys.exit(f"{mode} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+            shutil.rmtree(d)
+            if rep == 0 and mode == "roar":
+                first = used
+            elif rep:
+                cpu[mode].append(used)
+    local, roar = statistics.median(cpu["local"]), statistics.median(cpu["roar"])
+    print(f"\nSnakemake, 3 small jobs: machine CPU per invocation, {reps} each (median)\n")
+    print(f"  --executor local    {local:6.3f} s   ({' '.join(f'{x:.2f}' for x in cpu['local'])})")
+    print(f"  --executor roar     {roar:6.3f} s   ({' '.join(f'{x:.2f}' for x in cpu['roar'])})")
+    print(f"  -> roar adds {roar - local:+.3f} s of CPU per invocation (issue 21: <= 0.2 s)")
+    if first is not None:
+        print(f"  first roar invocation (starts the fork server): {first:.3f} s, "
+              f"{first - local:+.3f} s")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--jobs", type=int, default=200)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--cores", type=int, default=2)
     p.add_argument("--no-wrapped", action="store_true", help="skip per-job roar-core run")
+    p.add_argument("--cpu", type=int, default=0, metavar="N",
+                   help="then CPU per 3-job invocation, N of each (0: skip)")
+    p.add_argument("--cpu-only", action="store_true", help="only the --cpu part")
     args = p.parse_args()
     modes = ["local", "roar"] + ([] if args.no_wrapped else ["wrapped"])
     root = Path(tempfile.mkdtemp(prefix="roar-bench-smk-"))
@@ -109,6 +160,12 @@ def main() -> None:
     # recorder and `roar-core run` process would compile roar from source.
     for pkg in ("roar_core", "integrations/snakemake"):
         compileall.compile_dir(REPO / pkg, quiet=1)
+    if args.cpu_only:
+        try:
+            invocation_cpu(root, args.cpu or 7)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        return
     try:
         for m in modes:  # warm-up
             run(m, root, args, homes[m])
@@ -141,6 +198,12 @@ def main() -> None:
     print(f"\nroar/local = {ratio:.3f} (acceptance: <= 1.10) -> {verdict}")
     print("(recorded s: until the lineage is in the store; --executor roar records before it "
           "exits)")
+    if args.cpu:
+        root = Path(tempfile.mkdtemp(prefix="roar-bench-smk-"))
+        try:
+            invocation_cpu(root, args.cpu)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

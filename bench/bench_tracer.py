@@ -621,7 +621,8 @@ def recorder_pids(directory: Path | None = None) -> list[int]:
     for pid in (p for p in os.listdir("/proc") if p.isdigit()):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
+                # (one title, words apart, for a recorder the fork server forked)
+                argv = f.read().replace(b"\0", b" ").split()
         except OSError:
             continue
         if b"roar_core.recording.recorder" in argv and (needle is None or needle in argv):

@@ -21,14 +21,37 @@ from pathlib import Path
 import pytest
 
 
+@pytest.fixture(scope="session")
+def _fork_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One directory for the recorders' fork servers of the whole session (a server per
+    test would be hundreds of idle processes), whose servers are stopped at its end
+    instead of idling out minutes later."""
+    d = tmp_path_factory.mktemp("fork")
+    d.chmod(0o700)
+    yield d
+    needle = os.fsencode(d.resolve())
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read()
+        except OSError:
+            continue
+        if b"roar_core.recording.forkserver" in argv and needle in argv:
+            try:
+                os.kill(int(pid), 15)
+            except OSError:
+                pass
+
+
 @pytest.fixture(autouse=True)
-def _runtime_dir(tmp_path_factory: pytest.TempPathFactory,
-                 monkeypatch: pytest.MonkeyPatch) -> None:
+def _runtime_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
+                 _fork_servers: Path) -> None:
     """In-memory trace sessions (Snakemake's jobs', Airflow workers') go to a directory of
     the test's, not the machine's /dev/shm: a test that kills an engine on purpose would
     leave its session there, in RAM, for an hour (roar's sweep) or until a reboot."""
     d = tmp_path_factory.mktemp("run")
     d.chmod(0o700)
+    (d / f"roar-{os.getuid()}").symlink_to(_fork_servers)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(d))
 
 

@@ -113,11 +113,14 @@ def ensure(directory: Path) -> None:
 
 def _spawn(directory: Path) -> None:
     from roar_core.pipeline import tracer
+    from roar_core.recording import forkserver
 
     tracer.ignore_this_thread()
     env = {k: v for k, v in os.environ.items()
            if k not in ("LD_PRELOAD", tracer.ENV_SESSION, tracer.ENV_TAG)}
     env[tracer.ENV_DISABLE] = "1"  # should the shim come back anyway, it records nothing
+    if forkserver.start(directory, env):
+        return  # forked, imports done, by the installation's warm server
     # Through a shell that backgrounds it and exits: the recorder is nobody's child then,
     # in a session of its own.
     script = '"$@" </dev/null >/dev/null 2>>"$0" &'

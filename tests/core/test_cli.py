@@ -455,7 +455,7 @@ def _recorders_of(home: Path) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
         try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            argv = (entry / "cmdline").read_bytes().replace(b"\0", b" ").split()
         except OSError:
             continue
         if b"roar_core.recording.recorder" in argv and os.fsencode(

@@ -108,7 +108,7 @@ def _recorder_of(node_id: str) -> int:
     for pid in (p for p in os.listdir("/proc") if p.isdigit()):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
+                argv = f.read().replace(b"\0", b" ").split()
         except OSError:
             continue
         if b"roar_core.recording.recorder" in argv and any(

@@ -1,0 +1,316 @@
+"""A warm parent for recorders: one long-lived process per installation and user that
+has imported what a recorder needs and forks one per request.
+
+A recorder is started once per session directory: per `snakemake` invocation, per Ray
+job on each node, per CLI home.  Started from a fresh interpreter, each paid ~0.4 s of
+CPU importing SQLAlchemy and the OpenLineage client before recording anything (measured:
+0.54 s of CPU for a one-task recorder, 0.40 s of it imports) -- more than the lineage of a
+small workflow costs, taken from the tasks on a small machine.  Forked from this server, a
+recorder starts with all of it imported.
+
+A producer asks over a Unix socket (`start`), passing its working directory and
+environment (the recorder runs as if the producer had started it); with no server it
+starts one (detached, like a recorder), which then serves that first request.  Anything
+wrong here -- no usable runtime directory, a server that does not answer -- and the
+producer starts the recorder the old way, from a fresh interpreter.  The server serves
+only its own user and only the code it imported: the socket's name carries the
+interpreter, the import path and the installed roar_core's files' times, so after an
+upgrade or an edit producers start a new server and the old one idles out.
+
+    python -m roar_core.recording.forkserver SOCKET DIRECTORY
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+IDLE_EXIT_S = 900.0  # no request for this long: exit (the next producer starts another)
+ANSWER_S = 5.0  # a producer waits this long for the server's answer, then starts its own
+_REQUEST_MAX = 1 << 20
+
+_socket_path: Path | None = None
+
+
+def socket_path() -> Path | None:
+    """This installation's server socket (None: no private runtime directory here)."""
+    global _socket_path
+    if _socket_path is None:
+        base = Path(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir())
+        d = base / f"roar-{os.getuid()}"
+        try:
+            d.mkdir(mode=0o700, exist_ok=True)
+            d = d.resolve()
+            st = d.stat()
+        except OSError:
+            return None
+        # Another user's directory, or one others can write: a socket there could be theirs.
+        if st.st_uid != os.getuid() or st.st_mode & 0o077 or not d.is_dir():
+            return None
+        _socket_path = d / f"fork-{_code_key()}.sock"
+    return _socket_path
+
+
+def _code_key() -> str:
+    import roar_core
+
+    h = hashlib.blake2b(digest_size=8)
+    for part in (os.path.realpath(sys.executable), sys.prefix, os.environ.get("PYTHONPATH", ""),
+                 os.environ.get("PYTHONHOME", ""), sys.version):
+        h.update(part.encode("utf-8", "surrogateescape") + b"\0")
+    top = Path(roar_core.__file__).parent
+    for d in (top, *(p for p in top.iterdir() if p.is_dir() and not p.name.startswith("_"))):
+        for entry in os.scandir(d):
+            if entry.name.endswith(".py"):
+                st = entry.stat()
+                h.update(f"{entry.path}\0{st.st_mtime_ns}\0{st.st_size}\0".encode(
+                    "utf-8", "surrogateescape"))
+    return h.hexdigest()
+
+
+def start(directory: Path, env: dict[str, str]) -> bool:
+    """Have the server fork `directory`'s recorder with the environment `env`, starting
+    the server if none runs.  False: no server can be used here (the caller starts the
+    recorder itself)."""
+    path = socket_path()
+    if path is None:
+        return False
+    request = json.dumps({"dir": os.fspath(directory), "cwd": os.getcwd(), "env": env,
+                          "umask": _umask()}).encode("utf-8", "surrogateescape")
+    if _ask(path, request):
+        return True
+    _spawn_server(path, directory, env)
+    return True
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _ask(path: Path, request: bytes) -> bool:
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as s:
+            s.settimeout(ANSWER_S)
+            s.connect(os.fspath(path))
+            s.sendall(struct.pack("!I", len(request)) + request)
+            return s.recv(16).startswith(b"ok")
+    except OSError:
+        return False
+
+
+def _spawn_server(path: Path, directory: Path, env: dict[str, str]) -> None:
+    import subprocess
+
+    # Through a shell that backgrounds it and exits: the server is nobody's child then.
+    script = '"$@" </dev/null >/dev/null 2>>"$0" &'
+    subprocess.run(["/bin/sh", "-c", script, str(path.with_suffix(".log")), sys.executable,
+                    "-m", "roar_core.recording.forkserver", str(path), str(directory)],
+                   env=env, stdin=subprocess.DEVNULL, start_new_session=True, check=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# The server
+
+
+def _warm() -> None:
+    """Import what a recorder imports (no connection, thread or file opened: all of it is
+    shared with every child, copy-on-write)."""
+    import logging  # noqa: F401
+
+    import openlineage.client  # noqa: F401
+    import openlineage.client.serde  # noqa: F401
+    import openlineage.client.transport.file  # noqa: F401
+    import openlineage.client.transport.http  # noqa: F401
+    import sqlalchemy.dialects.sqlite.pysqlite  # noqa: F401
+
+    import roar_core.api  # noqa: F401
+    import roar_core.pipeline.delivery  # noqa: F401
+    import roar_core.pipeline.writer  # noqa: F401
+    import roar_core.recording.follower  # noqa: F401
+    import roar_core.recording.recorder  # noqa: F401
+
+
+def serve(path: Path, first: Path) -> int:
+    import fcntl
+
+    from roar_core.recording import recorder
+
+    lock = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        # Another server started at the same moment: this process records the directory
+        # it was started for itself.
+        os.close(lock)
+        _title(first)
+        return recorder.main([os.fspath(first)])
+    try:
+        listener = _listen(path)
+    except OSError as exc:
+        print(f"roar: no recorder fork server at {path}: {exc}", file=sys.stderr)
+        os.close(lock)
+        _title(first)
+        return recorder.main([os.fspath(first)])
+    ident = os.stat(path).st_ino
+    try:
+        import setproctitle
+
+        setproctitle.setproctitle(
+            f"{sys.executable} -m roar_core.recording.forkserver {os.fspath(path)}")
+    except ImportError:
+        pass
+    # Its children get sessions (and autogroups) of their own; while it imports, the tasks
+    # starting beside it come first.
+    try:
+        with open("/proc/self/autogroup", "w") as f:
+            f.write("19")
+    except OSError:
+        pass
+    _warm()
+    import gc
+
+    gc.freeze()  # the imported objects stay out of the children's collections (and pages)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    if not _fork(listener, {"dir": os.fspath(first), "cwd": os.getcwd(),
+                            "env": dict(os.environ), "umask": _umask()}):
+        listener.close()
+        _title(first)
+        return recorder.main([os.fspath(first)])
+    last = time.monotonic()
+    while time.monotonic() - last < IDLE_EXIT_S:
+        ready, _, _ = select.select([listener], [], [], 30.0)
+        try:
+            if os.stat(path).st_ino != ident:
+                return 0  # our socket was removed (a clean /tmp): leave it to a new server
+        except FileNotFoundError:
+            return 0
+        if not ready:
+            continue
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            continue
+        with conn:
+            request = _read_request(conn)
+            if request is None:
+                continue
+            pid = _fork(listener, request, conn)
+            try:
+                conn.sendall(b"ok %d" % pid if pid else b"no")
+            except OSError:
+                pass
+        last = time.monotonic()
+    return 0
+
+
+def _listen(path: Path) -> socket.socket:
+    try:
+        os.unlink(path)  # a dead server's (we hold the lock: no live one's)
+    except FileNotFoundError:
+        pass
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        listener.bind(os.fspath(path))
+        listener.listen(64)
+    except OSError:
+        listener.close()
+        raise
+    return listener
+
+
+def _read_request(conn: socket.socket) -> dict | None:
+    conn.settimeout(2.0)
+    try:
+        uid = struct.unpack("3i", conn.getsockopt(
+            socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[1]
+        if uid != os.getuid():
+            return None
+        head = _recv_exactly(conn, 4)
+        size = struct.unpack("!I", head)[0]
+        if size > _REQUEST_MAX:
+            return None
+        return json.loads(_recv_exactly(conn, size).decode("utf-8", "surrogateescape"))
+    except (OSError, ValueError, struct.error):
+        return None
+
+
+def _recv_exactly(conn: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = conn.recv(n - len(data))
+        if not chunk:
+            raise OSError("short request")
+        data += chunk
+    return data
+
+
+def _fork(listener: socket.socket, request: dict, conn: socket.socket | None = None) -> int:
+    try:
+        pid = os.fork()
+    except OSError:
+        return 0
+    if pid:
+        return pid
+    # The child: becomes the recorder the producer would have started.
+    code = 1
+    try:
+        listener.close()
+        if conn is not None:
+            conn.close()
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.setsid()
+        directory = Path(request["dir"])
+        os.umask(int(request["umask"]))
+        try:
+            os.chdir(request["cwd"])
+        except OSError:
+            os.chdir("/")  # (a removed directory: the recorder uses absolute paths)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        _title(directory)
+        fd = os.open(os.devnull, os.O_RDWR)
+        os.dup2(fd, 0)
+        os.dup2(fd, 1)
+        os.close(fd)
+        from roar_core.recording import recorder
+
+        fd = os.open(directory / recorder.LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.dup2(fd, 2)
+        os.close(fd)
+        code = recorder.main([os.fspath(directory)])
+    except BaseException:  # noqa: BLE001 - a child never returns into the server's loop
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code or 0)
+
+
+def _title(directory: Path) -> None:
+    """The command line the recorder would have had (what `ps` shows, and how tools find
+    a directory's recorder)."""
+    try:
+        import setproctitle
+    except ImportError:
+        return
+    setproctitle.setproctitle(
+        f"{sys.executable} -m roar_core.recording.recorder {os.fspath(directory)}")
+
+
+if __name__ == "__main__":
+    sys.exit(serve(Path(sys.argv[1]), Path(sys.argv[2])))

@@ -1,0 +1,136 @@
+"""The recorders' fork server (roar_core.recording.forkserver): a recorder forked from it
+records as one started from a fresh interpreter would, in the environment of the producer
+that asked for it, not the server's; with no usable server, recorders start the old way."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+import blake3
+import pytest
+
+from tests.core.test_cli import _recorders_of, make_cli
+
+
+def _servers(runtime: Path) -> list[int]:
+    needle = os.fsencode(runtime.resolve())
+    found = []
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read()
+        except OSError:
+            continue
+        if b"roar_core.recording.forkserver" in argv and needle in argv:
+            found.append(int(pid))
+    return found
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def _wait(what, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while not (got := what()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+    return got
+
+
+@pytest.fixture
+def runtime(tmp_path: Path):
+    d = tmp_path / "rt"
+    d.mkdir(mode=0o700)
+    yield d
+    for pid in _servers(d):
+        os.kill(pid, signal.SIGTERM)
+
+
+def _run_and_catch_recorder(cli, name: str) -> int:
+    """A run whose recorder is caught alive (it waits for the next run a while)."""
+    (cli.cwd / "a.txt").write_text(f"{name}\n")
+    assert cli("run", "--job", name, "--", "cp", "a.txt", "b.txt").returncode == 0
+    home = Path(cli.env["ROAR_HOME"])
+    return _wait(lambda: _recorders_of(home))[0]
+
+
+def _outputs(cli) -> dict[str, str]:
+    events = Path(cli.env["ROAR_HOME"]) / "openlineage" / "events.jsonl"
+    out = {}
+    for e in map(json.loads, _wait(lambda: events.exists() and events.read_text())
+                 .splitlines()):
+        if e["eventType"] == "COMPLETE":
+            for d in e["outputs"]:
+                out[d["name"]] = d["facets"]["version"]["datasetVersion"]
+    return out
+
+
+def test_a_forked_recorder_records_in_its_producers_environment(tmp_path: Path,
+                                                                 runtime: Path) -> None:
+    first = make_cli(tmp_path / "first")
+    first.env.update(XDG_RUNTIME_DIR=str(runtime), ROAR_DEBUG="1")
+    pid = _run_and_catch_recorder(first, "first")
+    server = _wait(lambda: _servers(runtime))
+    assert len(server) == 1
+    assert _parent(pid) == server[0]
+
+    # The server was started from the first producer's environment (ROAR_DEBUG=1: the
+    # recorder reports its CPU time on exit); the second producer's has none.
+    second = make_cli(tmp_path / "second")
+    second.env.update(XDG_RUNTIME_DIR=str(runtime))
+    pid = _run_and_catch_recorder(second, "second")
+    assert _parent(pid) == server[0], "not forked by the running server"
+    assert _servers(runtime) == server
+    for cli in (first, second):
+        _wait(lambda cli=cli: not _recorders_of(Path(cli.env["ROAR_HOME"])))
+    logs = [Path(cli.env["ROAR_HOME"]) / "sessions" / "recorder.log" for cli in (first, second)]
+    assert "roar recorder: 1 tasks" in logs[0].read_text()
+    assert "roar recorder:" not in (logs[1].read_text() if logs[1].exists() else "")
+    # ...and what it recorded is the truth: the output's digest is that of its bytes.
+    for cli in (first, second):
+        out = cli.cwd / "b.txt"
+        got = _outputs(cli)
+        assert got == {str(out): "blake3:" + blake3.blake3(out.read_bytes()).hexdigest()}
+
+
+def test_a_dead_servers_socket_is_taken_over(tmp_path: Path, runtime: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from roar_core.recording import forkserver
+
+    cli = make_cli(tmp_path)
+    cli.env.update(XDG_RUNTIME_DIR=str(runtime))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    monkeypatch.setattr(forkserver, "_socket_path", None)
+    path = forkserver.socket_path()  # (the CLI's: same interpreter, import path and code)
+    assert path is not None and path.parent == (runtime / f"roar-{os.getuid()}").resolve()
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(os.fspath(path))  # left behind, nobody listening: a dead server's
+    pid = _run_and_catch_recorder(cli, "after")
+    server = _wait(lambda: _servers(runtime))
+    assert _parent(pid) == server[0]
+    with open(f"/proc/{server[0]}/cmdline", "rb") as f:
+        assert os.fsencode(path) in f.read()  # serving on the dead one's socket
+    out = cli.cwd / "b.txt"
+    assert _outputs(cli) == {str(out): "blake3:" + blake3.blake3(out.read_bytes()).hexdigest()}
+
+
+def test_without_a_private_runtime_directory_a_recorder_starts_the_old_way(
+        tmp_path: Path, runtime: Path) -> None:
+    (runtime / f"roar-{os.getuid()}").mkdir(mode=0o777)
+    os.chmod(runtime / f"roar-{os.getuid()}", 0o777)  # others could plant a server there
+    cli = make_cli(tmp_path)
+    cli.env.update(XDG_RUNTIME_DIR=str(runtime))
+    pid = _run_and_catch_recorder(cli, "plain")
+    assert not _servers(runtime)
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        argv = f.read().split(b"\0")
+    assert b"roar_core.recording.recorder" in argv  # a fresh interpreter's command line
+    out = cli.cwd / "b.txt"
+    assert _outputs(cli) == {str(out): "blake3:" + blake3.blake3(out.read_bytes()).hexdigest()}
