@@ -15,7 +15,9 @@ workflow, N of each interleaved: the whole machine's CPU time (/proc/stat) from 
 `snakemake` to its exit (the roar executor returns once its recorder has recorded and
 exited), so the detached recorder and the fork server it came from are counted.  The first
 roar invocation of the bench finds no fork server (its own runtime directory) and is shown
-apart: what the first workflow after a boot or an upgrade pays.  Run it on an idle machine.
+apart: what the first workflow after a boot or an upgrade pays.  A third mode starts each
+recorder from a fresh interpreter (a runtime directory the fork server refuses): the
+baseline.  Run it on an idle machine.
 """
 
 from __future__ import annotations
@@ -111,14 +113,22 @@ def invocation_cpu(root: Path, reps: int) -> None:
     e = env()
     rt = root / "runtime"
     rt.mkdir(mode=0o700)
-    e["XDG_RUNTIME_DIR"] = str(rt)  # no fork server of this install yet: the first one starts
-    cpu: dict[str, list[float]] = {"local": [], "roar": []}
+    # Its own runtime directory: no fork server of this install yet (the first roar
+    # invocation starts one); and one the fork server refuses (others may write it), for
+    # recorders started from a fresh interpreter, as before there was a fork server.
+    fresh = root / "runtime-unusable"
+    (fresh / f"roar-{os.getuid()}").mkdir(parents=True)
+    os.chmod(fresh / f"roar-{os.getuid()}", 0o777)
+    modes = {"local": ("local", rt), "roar": ("roar", rt), "roar, no fork server": ("roar", fresh)}
+    cpu: dict[str, list[float]] = {m: [] for m in modes}
     first = None
     for rep in range(reps + 1):
-        for mode in ("local", "roar") if rep % 2 else ("roar", "local"):
+        for mode in list(modes) if rep % 2 else list(modes)[::-1]:
+            executor, runtime = modes[mode]
             d = workflow(root, 3, SHELL)
             e["ROAR_HOME"] = str(root / "home-cpu")
-            cmd = [str(BIN / "snakemake"), "--executor", mode, "-j", "2", "--quiet", "all"]
+            e["XDG_RUNTIME_DIR"] = str(runtime)
+            cmd = [str(BIN / "snakemake"), "--executor", executor, "-j", "2", "--quiet", "all"]
             time.sleep(0.3)  # the last run's stragglers (a recorder exiting) are done
             c0 = machine_cpu()
             done = subprocess.run(cmd, cwd=d, env=e, capture_output=True, text=True)
@@ -130,11 +140,15 @@ def invocation_cpu(root: Path, reps: int) -> None:
                 first = used
             elif rep:
                 cpu[mode].append(used)
-    local, roar = statistics.median(cpu["local"]), statistics.median(cpu["roar"])
-    print(f"\nSnakemake, 3 small jobs: machine CPU per invocation, {reps} each (median)\n")
-    print(f"  --executor local    {local:6.3f} s   ({' '.join(f'{x:.2f}' for x in cpu['local'])})")
-    print(f"  --executor roar     {roar:6.3f} s   ({' '.join(f'{x:.2f}' for x in cpu['roar'])})")
-    print(f"  -> roar adds {roar - local:+.3f} s of CPU per invocation (issue 21: <= 0.2 s)")
+    local = statistics.median(cpu["local"])
+    print(f"\nSnakemake, 3 small jobs: machine CPU per invocation, {reps} each (median; "
+          "interleaved)\n")
+    for m, xs in cpu.items():
+        med = statistics.median(xs)
+        added = "" if m == "local" else f"  adds {med - local:+.3f} s"
+        print(f"  --executor {m:<22} {med:6.3f} s{added}   ({' '.join(f'{x:.2f}' for x in xs)})")
+    added = statistics.median(cpu["roar"]) - local
+    print(f"  -> roar adds {added:+.3f} s of CPU per invocation (issue 21: <= 0.2 s)")
     if first is not None:
         print(f"  first roar invocation (starts the fork server): {first:.3f} s, "
               f"{first - local:+.3f} s")
