@@ -40,6 +40,7 @@ class AirflowHome:
     """One AIRFLOW_HOME with its metadata DB; `env()` for the commands run against it."""
 
     root: Path
+    fork_servers: Path | None = None  # the session's (tests/conftest.py)
     home: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -72,6 +73,10 @@ class AirflowHome:
                 env[k] = os.environ[k]
         (work / "data").mkdir(parents=True, exist_ok=True)
         (work / "run").mkdir(mode=0o700, exist_ok=True)
+        # The session's recorder fork server (tests/conftest.py), not one per test.
+        link = work / "run" / f"roar-{os.getuid()}"
+        if self.fork_servers is not None and not link.exists():
+            link.symlink_to(self.fork_servers)
         env.update(extra)
         return env
 
@@ -110,10 +115,10 @@ def read_events(path: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="session")
-def airflow_home() -> Iterator[AirflowHome]:
+def airflow_home(_fork_servers: Path) -> Iterator[AirflowHome]:
     _require_airflow()
     root = Path(tempfile.mkdtemp(prefix="roar-airflow-"))
-    home = AirflowHome(root)
+    home = AirflowHome(root, _fork_servers)
     try:
         home.airflow(home.env(root / "migrate"), "db", "migrate", timeout=600)
         yield home
