@@ -22,7 +22,6 @@ upgrade or an edit producers start a new server and the old one idles out.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import select
@@ -30,8 +29,8 @@ import signal
 import socket
 import struct
 import sys
-import tempfile
 import time
+import zlib
 from pathlib import Path
 
 IDLE_EXIT_S = 900.0  # no request for this long: exit (the next producer starts another)
@@ -45,7 +44,9 @@ def socket_path() -> Path | None:
     """This installation's server socket (None: no private runtime directory here)."""
     global _socket_path
     if _socket_path is None:
-        base = Path(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir())
+        # Not $TMPDIR: tools (and tests) point it at short-lived directories, and a server
+        # there would be one per directory.
+        base = Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp")
         d = base / f"roar-{os.getuid()}"
         try:
             d.mkdir(mode=0o700, exist_ok=True)
@@ -63,18 +64,18 @@ def socket_path() -> Path | None:
 def _code_key() -> str:
     import roar_core
 
-    h = hashlib.blake2b(digest_size=8)
-    for part in (os.path.realpath(sys.executable), sys.prefix, os.environ.get("PYTHONPATH", ""),
-                 os.environ.get("PYTHONHOME", ""), sys.version):
-        h.update(part.encode("utf-8", "surrogateescape") + b"\0")
+    parts = [os.path.realpath(sys.executable), sys.prefix, os.environ.get("PYTHONPATH", ""),
+             os.environ.get("PYTHONHOME", ""), sys.version]
     top = Path(roar_core.__file__).parent
     for d in (top, *(p for p in top.iterdir() if p.is_dir() and not p.name.startswith("_"))):
         for entry in os.scandir(d):
             if entry.name.endswith(".py"):
                 st = entry.stat()
-                h.update(f"{entry.path}\0{st.st_mtime_ns}\0{st.st_size}\0".encode(
-                    "utf-8", "surrogateescape"))
-    return h.hexdigest()
+                parts.append(f"{entry.path}\0{st.st_mtime_ns}\0{st.st_size}")
+    # A name, not a secret (the directory is private): two cheap checksums, no hashlib
+    # import (OpenSSL's, ~3 ms) on a producer's path.
+    data = "\0".join(parts).encode("utf-8", "surrogateescape")
+    return f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}"
 
 
 def start(directory: Path, env: dict[str, str]) -> bool:
@@ -127,6 +128,7 @@ def _warm() -> None:
     """Import what a recorder imports (no connection, thread or file opened: all of it is
     shared with every child, copy-on-write)."""
     import logging  # noqa: F401
+    import tempfile
 
     import openlineage.client  # noqa: F401
     import openlineage.client.serde  # noqa: F401
@@ -253,11 +255,13 @@ def serve(path: Path, first: Path) -> int:
             request = _read_request(conn)
             if request is None:
                 continue
-            pid = _fork(listener, request, conn)
             try:
-                conn.sendall(b"ok %d" % pid if pid else b"no")
+                # Answered before the fork (a few ms for a process this size), which the
+                # producer need not wait for.
+                conn.sendall(b"ok")
             except OSError:
                 pass
+            _fork(listener, request, conn)
         last = time.monotonic()
 
 
