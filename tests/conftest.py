@@ -29,7 +29,17 @@ def _fork_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     d = tmp_path_factory.mktemp("fork")
     d.chmod(0o700)
     yield d
-    needle = os.fsencode(d.resolve())
+    for pid in fork_servers(d):
+        try:
+            os.kill(pid, 15)
+        except OSError:
+            pass
+
+
+def fork_servers(runtime: Path) -> list[int]:
+    """The recorder fork servers serving from under `runtime` (/proc)."""
+    needle = os.fsencode(runtime.resolve())
+    found = []
     for pid in (p for p in os.listdir("/proc") if p.isdigit()):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -37,10 +47,8 @@ def _fork_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         except OSError:
             continue
         if b"roar_core.recording.forkserver" in argv and needle in argv:
-            try:
-                os.kill(int(pid), 15)
-            except OSError:
-                pass
+            found.append(int(pid))
+    return found
 
 
 @pytest.fixture(autouse=True)

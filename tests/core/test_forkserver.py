@@ -14,21 +14,8 @@ from pathlib import Path
 import blake3
 import pytest
 
+from tests.conftest import fork_servers
 from tests.core.test_cli import _recorders_of, make_cli
-
-
-def _servers(runtime: Path) -> list[int]:
-    needle = os.fsencode(runtime.resolve())
-    found = []
-    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read()
-        except OSError:
-            continue
-        if b"roar_core.recording.forkserver" in argv and needle in argv:
-            found.append(int(pid))
-    return found
 
 
 def _parent(pid: int) -> int:
@@ -49,7 +36,7 @@ def runtime(tmp_path: Path):
     d = tmp_path / "rt"
     d.mkdir(mode=0o700)
     yield d
-    for pid in _servers(d):
+    for pid in fork_servers(d):
         os.kill(pid, signal.SIGTERM)
 
 
@@ -77,7 +64,7 @@ def test_a_forked_recorder_records_in_its_producers_environment(tmp_path: Path,
     first = make_cli(tmp_path / "first")
     first.env.update(XDG_RUNTIME_DIR=str(runtime), ROAR_DEBUG="1")
     pid = _run_and_catch_recorder(first, "first")
-    server = _wait(lambda: _servers(runtime))
+    server = _wait(lambda: fork_servers(runtime))
     assert len(server) == 1
     assert _parent(pid) == server[0]
 
@@ -87,7 +74,7 @@ def test_a_forked_recorder_records_in_its_producers_environment(tmp_path: Path,
     second.env.update(XDG_RUNTIME_DIR=str(runtime))
     pid = _run_and_catch_recorder(second, "second")
     assert _parent(pid) == server[0], "not forked by the running server"
-    assert _servers(runtime) == server
+    assert fork_servers(runtime) == server
     for cli in (first, second):
         _wait(lambda cli=cli: not _recorders_of(Path(cli.env["ROAR_HOME"])))
     logs = [Path(cli.env["ROAR_HOME"]) / "sessions" / "recorder.log" for cli in (first, second)]
@@ -113,7 +100,7 @@ def test_a_dead_servers_socket_is_taken_over(tmp_path: Path, runtime: Path,
     with socket.socket(socket.AF_UNIX) as s:
         s.bind(os.fspath(path))  # left behind, nobody listening: a dead server's
     pid = _run_and_catch_recorder(cli, "after")
-    server = _wait(lambda: _servers(runtime))
+    server = _wait(lambda: fork_servers(runtime))
     assert _parent(pid) == server[0]
     with open(f"/proc/{server[0]}/cmdline", "rb") as f:
         assert os.fsencode(path) in f.read()  # serving on the dead one's socket
@@ -128,7 +115,7 @@ def test_without_a_private_runtime_directory_a_recorder_starts_the_old_way(
     cli = make_cli(tmp_path)
     cli.env.update(XDG_RUNTIME_DIR=str(runtime))
     pid = _run_and_catch_recorder(cli, "plain")
-    assert not _servers(runtime)
+    assert not fork_servers(runtime)
     with open(f"/proc/{pid}/cmdline", "rb") as f:
         argv = f.read().split(b"\0")
     assert b"roar_core.recording.recorder" in argv  # a fresh interpreter's command line
