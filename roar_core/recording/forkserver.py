@@ -1,5 +1,5 @@
-"""A warm parent for recorders: one long-lived process per installation and user that
-has imported what a recorder needs and forks one per request.
+"""A warm parent for recorders: one long-lived process per installation, user and control
+group that has imported what a recorder needs and forks one per request.
 
 A recorder is started once per session directory: per `snakemake` invocation, per Ray
 job on each node, per CLI home.  Started from a fresh interpreter, each paid ~0.4 s of
@@ -14,8 +14,8 @@ starts one (detached, like a recorder), which then serves that first request.  A
 wrong here -- no usable runtime directory, a server that does not answer -- and the
 producer starts the recorder the old way, from a fresh interpreter.  The server serves
 only its own user and only the code it imported: the socket's name carries the
-interpreter, the import path and the installed roar_core's files' times, so after an
-upgrade or an edit producers start a new server and the old one idles out.
+interpreter, the import path, the installed roar_core's files' times and the cgroup, so
+after an upgrade or an edit producers start a new server and the old one idles out.
 
     python -m roar_core.recording.forkserver SOCKET DIRECTORY
 """
@@ -65,7 +65,7 @@ def _code_key() -> str:
     import roar_core
 
     parts = [os.path.realpath(sys.executable), sys.prefix, os.environ.get("PYTHONPATH", ""),
-             os.environ.get("PYTHONHOME", ""), sys.version]
+             os.environ.get("PYTHONHOME", ""), sys.version, _cgroup()]
     top = Path(roar_core.__file__).parent
     for d in (top, *(p for p in top.iterdir() if p.is_dir() and not p.name.startswith("_"))):
         for entry in os.scandir(d):
@@ -76,6 +76,17 @@ def _code_key() -> str:
     # import (OpenSSL's, ~3 ms) on a producer's path.
     data = "\0".join(parts).encode("utf-8", "surrogateescape")
     return f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}"
+
+
+def _cgroup() -> str:
+    """The control group we run in.  A server serves its own only: a batch system (Slurm)
+    kills every process of a job's cgroup when the job ends, so recorders forked for
+    another job from this job's server would go with it."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            return f.read()
+    except OSError:
+        return ""
 
 
 def start(directory: Path, env: dict[str, str]) -> bool:
