@@ -169,11 +169,17 @@ def begin(cfg: Config, argv: list[str], job_name: str, traced: bool,
             "traced": traced, "untraced_reason": untraced_reason}
     own_name = f"{RUN_PREFIX}{uuid.uuid4().hex}"
     problems = []
+    from roar_core.recording import recorder
+
     for base in log_dirs(cfg):
         own = base / own_name
         try:
             log = _task_log(base)
             own.mkdir()
+            # The configuration this run is recorded with, before its begin line: a
+            # recorder running there takes it up before it can read the run's end (written
+            # after the end, a pass in between recorded the run with the settings before).
+            recorder.write_settings(base, cfg, idle_exit_s=RECORDER_IDLE_S, replace=True)
             log.begun(meta, own_dir=own_name)
             if not log.ok:
                 raise OSError(f"cannot write {log.path}")
