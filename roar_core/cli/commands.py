@@ -70,7 +70,9 @@ def cli() -> None:
 # ---- run ------------------------------------------------------------------------------------
 
 
-@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+# Options end at the command's name (its own options are its own); an unknown option before
+# it is a usage error, never the start of the command (`run --jb x -- cp a b` ran `--jb`).
+@cli.command(context_settings={"allow_interspersed_args": False})
 @click.option("--job", "job_name", metavar="NAME", help="Job name (default: the program's name).")
 @click.option("--wait/--no-wait", default=False, show_default=True,
               help="Record before exiting and print the full summary (digests), instead of "
@@ -287,6 +289,9 @@ def _report(e: Exception) -> NoReturn:
           "(ROAR_DEBUG=1 shows the traceback)", EXIT_FAILURE)
 
 
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click >= 8.2
+
+
 def main(argv: list[str] | None = None) -> None:
     debug = _debug()
     logging.basicConfig(format="%(message)s", level=logging.WARNING, stream=sys.stderr)
@@ -294,11 +299,23 @@ def main(argv: list[str] | None = None) -> None:
         for name in ("roar", "roar_core"):
             logging.getLogger(name).setLevel(logging.DEBUG)
     try:
-        cli.main(args=argv, prog_name="roar-core")
-    except Exception as e:  # click handled its own (usage) errors already
+        rc = cli.main(args=argv, prog_name="roar-core", standalone_mode=False)
+    except _NO_ARGS_IS_HELP as e:  # bare `roar-core`: the help, as click prints it
+        click.echo(e.format_message())
+        raise SystemExit(EXIT_USAGE) from None
+    except click.UsageError as e:
+        # One line, like every other error (click's own is three: usage, hint, error).
+        where = f"roar-core {e.ctx.info_name}" if e.ctx and e.ctx.parent else "roar-core"
+        _fail(f"{' '.join(e.format_message().split())} (see `{where} --help`)", EXIT_USAGE)
+    except click.ClickException as e:
+        _fail(" ".join(e.format_message().split()), e.exit_code)
+    except click.Abort:
+        _fail("aborted", EXIT_FAILURE)
+    except Exception as e:
         if debug:
             raise
         _report(e)
+    raise SystemExit(rc if isinstance(rc, int) else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

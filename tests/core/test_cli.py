@@ -645,3 +645,24 @@ def test_runs_an_older_roar_core_left_pending_are_recorded_after_an_upgrade(
     assert " old " in line and "COMPLETE" in line, listing
     assert f"{cli.cwd / 'out.txt'}  {b3(cli.cwd / 'out.txt')}" in cli.ok("show", run_id)
     assert not session.exists()  # recorded: its session went with it
+
+
+def test_a_mistyped_option_is_a_one_line_usage_error_and_runs_nothing(tmp_path: Path) -> None:
+    """`run --jb x -- cp …` used to run `--jb` as the command (and store that run);
+    usage errors were click's three lines."""
+    cli = make_cli(tmp_path)
+    (cli.cwd / "a.txt").write_text("a\n")
+    proc = cli("run", "--jb", "x", "--", "cp", "a.txt", "b.txt")
+    assert proc.returncode == 2
+    line = one_error_line(proc)
+    assert "'--jb'" in line and "--job" in line and "roar-core run --help" in line
+    assert not (cli.cwd / "b.txt").exists()
+    assert "no task runs recorded yet" in cli.ok("show")
+    for args in (("show", "--limt", "3"), ("lineage",), ("nosuchcommand",),
+                 ("graph", "a.txt", "--format", "png")):
+        proc = cli(*args)
+        assert proc.returncode == 2, args
+        one_error_line(proc)
+    # The command's own options stay the command's.
+    assert cli("run", "cp", "-p", "a.txt", "c.txt").returncode == 0
+    assert (cli.cwd / "c.txt").read_text() == "a\n"
