@@ -150,10 +150,27 @@ def _env_values(env: dict[str, str] | os._Environ) -> dict[str, Any]:
             continue
         key = name[len(_ENV_PREFIX):].lower()
         if key not in _KEYS:
-            valid = ", ".join(sorted(_ENV_PREFIX + k.upper() for k in _KEYS))
-            raise ConfigError(f"environment: unknown variable '{name}' (valid: {valid})")
+            _warn_unknown(name)
+            continue
         out[key] = _coerce(key, value, f"environment {name}")
     return out
+
+
+_warned: set[str] = set()
+
+
+def _warn_unknown(name: str) -> None:
+    """A ROAR_* variable that is no setting of ours: a warning once per process, not an
+    error (a user's or another tool's variable may share the prefix, and made every command
+    exit 2).  Files stay strict: a key there is meant for us."""
+    if name in _warned:
+        return
+    _warned.add(name)
+    import difflib
+
+    near = difflib.get_close_matches(name, [_ENV_PREFIX + k.upper() for k in _KEYS], n=1)
+    hint = f"; did you mean {near[0]}?" if near else ""
+    print(f"roar: warning: {name} is not a roar setting, ignored{hint}", file=sys.stderr)
 
 
 def load(

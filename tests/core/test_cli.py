@@ -666,3 +666,10 @@ def test_a_mistyped_option_is_a_one_line_usage_error_and_runs_nothing(tmp_path: 
     # The command's own options stay the command's.
     assert cli("run", "cp", "-p", "a.txt", "c.txt").returncode == 0
     assert (cli.cwd / "c.txt").read_text() == "a\n"
+
+
+def test_a_roar_variable_of_the_users_own_is_a_warning_not_a_failure(tmp_path: Path) -> None:
+    cli = make_cli(tmp_path)
+    proc = cli("run", "--", "true", env={**cli.env, "ROAR_MY_OWN_THING": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert b"roar: warning: ROAR_MY_OWN_THING is not a roar setting, ignored" in proc.stderr

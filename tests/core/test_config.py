@@ -55,11 +55,20 @@ def test_unknown_keys_are_named(tmp_path, where, text, key):
     assert f"'{key}'" in msg and "\n" not in msg and "valid keys" in msg
 
 
-def test_unknown_env_variable_is_named(tmp_path):
-    with pytest.raises(ConfigError, match="ROAR_NAMSPACE"):
-        load(cwd=tmp_path, env={"ROAR_NAMSPACE": "x"})
-    # Tracer plumbing variables are not config keys and are accepted.
+def test_unknown_env_variable_is_a_warning_naming_the_nearest_key(tmp_path, capsys):
+    """Not an error (a user's own ROAR_* variable made every command exit 2): ignored,
+    said once, with the setting it most likely meant."""
+    cfg = load(cwd=tmp_path, env={"ROAR_NAMSPACE": "x", "ROAR_MY_OWN_THING": "1"})
+    assert cfg.namespace == load(cwd=tmp_path, env={}).namespace  # the default
+    err = capsys.readouterr().err.splitlines()
+    assert "roar: warning: ROAR_NAMSPACE is not a roar setting, ignored; did you mean " \
+        "ROAR_NAMESPACE?" in err
+    assert any(line.startswith("roar: warning: ROAR_MY_OWN_THING is not") for line in err)
+    load(cwd=tmp_path, env={"ROAR_NAMSPACE": "x"})
+    assert capsys.readouterr().err == ""  # once per process
+    # Tracer plumbing variables are not config keys and are accepted silently.
     load(cwd=tmp_path, env={"ROAR_SESSION_DIR": "/x", "ROAR_TASK_TAG": "t"})
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize("env", [{"ROAR_HASH_WORKERS": "many"}, {"ROAR_EMIT": "perhaps"}])
