@@ -31,6 +31,8 @@ Direction = Literal["upstream", "downstream"]
 # SQLite before 3.32 allows 999 bound parameters per statement.
 _CHUNK = 900
 _DIGEST_RE = re.compile(r"(?:blake3:)?[0-9a-fA-F]{64}")
+# What people copy from roar's output: the short digests it prints (12 hex), or longer.
+_PREFIX_RE = re.compile(r"(?:blake3:)?([0-9a-fA-F]{8,63})")
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,22 @@ def latest_version(columns, condition):
 
 def is_digest(key: str) -> bool:
     return _DIGEST_RE.fullmatch(key) is not None
+
+
+def digest_prefix(key: str) -> str | None:
+    """The hex of a digest prefix (8 to 63 hex digits, `blake3:` or not), else None."""
+    m = _PREFIX_RE.fullmatch(key)
+    return m.group(1).lower() if m else None
+
+
+def complete_digest(conn: Connection, prefix: str) -> list[str]:
+    """The recorded digests starting with the hex `prefix`: up to two (two: ambiguous)."""
+    low = f"blake3:{prefix}"
+    rows = conn.execute(
+        select(FileVersionRow.digest).distinct()
+        .where(FileVersionRow.digest >= low, FileVersionRow.digest < low + "g")  # hex < "g"
+        .order_by(FileVersionRow.digest).limit(2))
+    return [r.digest for r in rows]
 
 
 def _chunks(items: Iterable[str]) -> Iterator[list[str]]:

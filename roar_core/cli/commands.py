@@ -129,7 +129,7 @@ def show(target: str | None, limit: int) -> None:
         if run_ is not None:
             views.show_run(store, run_)
             return
-        key = views.lineage_key(target)
+        key = views.lineage_key(target, store)
         history = store.accesses_of_uri(key)
         if not history:
             raise CliError(f"no task run or file recorded as {views.shown(target)} ({key})")

@@ -29,7 +29,7 @@ from roar_core import config as config_mod
 from roar_core.cli import graph as graph_mod
 from roar_core.cli.commands import CLOSE_TIMEOUT_S, EXIT_USAGE, CliError
 from roar_core.cli.run import RunResult, how_it_ended
-from roar_core.lineage import LineageGraph, RunNode, is_digest
+from roar_core.lineage import LineageGraph, RunNode, digest_prefix, is_digest
 from roar_core.pipeline.classification import display_name
 from roar_core.pipeline.store import DB_FILENAME, AccessRecord, Store, StoreError, TaskRunRecord
 
@@ -73,11 +73,24 @@ def display_path(uri: str, cwd: Path | None = None) -> str:
     return uri[len(base) :] if uri.startswith(base) else uri
 
 
-def lineage_key(arg: str) -> str:
-    """What the store knows a file by: a digest or URI as given, a path made absolute with
-    symlinks resolved and undecodable bytes escaped the way the tracer records names."""
+def lineage_key(arg: str, store: Any = None) -> str:
+    """What the store knows a file by: a digest or URI as given, a digest prefix completed
+    (with `store`: unique, else an error), a path made absolute with symlinks resolved and
+    undecodable bytes escaped the way the tracer records names.  Hex that names an existing
+    file is that file, unless written `blake3:...`."""
     if is_digest(arg) or "://" in arg:
         return arg
+    prefix = digest_prefix(arg)
+    if prefix is not None and store is not None and (
+            arg.startswith("blake3:") or not os.path.lexists(arg)):
+        found = store.complete_digest(prefix)
+        if len(found) == 1:
+            return found[0]
+        if found:
+            raise CliError(f"digest prefix {arg} is ambiguous (more than one recorded "
+                           "version starts with it): give more digits")
+        if arg.startswith("blake3:"):
+            raise CliError(f"no recorded version has a digest starting with {arg}")
     return display_name(os.fsencode(os.path.realpath(arg)))
 
 
@@ -435,8 +448,8 @@ def show_file(key: str, history: list[tuple[AccessRecord, TaskRunRecord]]) -> No
 
 def query(cfg: config_mod.Config, arg: str, directions: list[str],
           depth: int | None) -> LineageGraph:
-    key = lineage_key(arg)
     with read_store(cfg) as store:
+        key = lineage_key(arg, store)
         graphs = [store.lineage(key, d, depth, cfg.match_min_size)  # type: ignore[arg-type]
                   for d in directions]
     g = graph_mod.merge(graphs)

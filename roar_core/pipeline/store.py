@@ -567,6 +567,11 @@ class Store:
             )
             return [_access_record(r) for r in rows]
 
+    def complete_digest(self, prefix: str) -> list[str]:
+        """The recorded digests that start with the hex `prefix` (at most two)."""
+        with self._transaction("cannot query digests", write=False) as conn:
+            return _lineage.complete_digest(conn, prefix)
+
     def accesses_of_uri(self, uri: str) -> list[tuple[AccessRecord, TaskRunRecord]]:
         """Every recorded access of `uri` (the path as observed), with its run, oldest first:
         the versions of one file and who wrote or read each."""

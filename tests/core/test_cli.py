@@ -136,6 +136,53 @@ def test_lineage_text_depth_and_digest_keys(pipeline: Cli) -> None:
     assert sorted(r["job_name"] for r in down["runs"]) == ["report", "stage", "transform"]
 
 
+def test_a_digest_prefix_as_printed_names_the_content(pipeline: Cli, tmp_path: Path) -> None:
+    """The short digests roar prints (`blake3:` + 12 hex), or any unique prefix of at least
+    8 hex digits, are accepted wherever a digest is."""
+    work = pipeline.cwd
+    full = b3(work / "raw.csv")
+    printed = pipeline.steps["gen"].stderr.decode()
+    short = full[: len("blake3:") + 12]
+    assert short in printed  # what a person copies from the run's summary
+    want = json.loads(pipeline.ok("lineage", full, "--downstream", "--json"))
+    for key in (short, short[len("blake3:"):], full[: len("blake3:") + 8]):
+        assert json.loads(pipeline.ok("lineage", key, "--downstream", "--json")) == want, key
+    proc = pipeline("lineage", "blake3:" + "0" * 12)
+    assert proc.returncode == 1
+    assert "no recorded version has a digest starting with" in one_error_line(proc)
+    # Hex that names a file here is that file.
+    (work / short[len("blake3:"):]).write_text("a file named like a digest\n")
+    try:
+        proc = pipeline("lineage", short[len("blake3:"):])
+        assert proc.returncode == 1 and "no lineage recorded for" in one_error_line(proc)
+    finally:
+        (work / short[len("blake3:"):]).unlink()
+
+
+def test_an_ambiguous_digest_prefix_is_refused(tmp_path: Path) -> None:
+    from datetime import datetime, timezone
+
+    from roar_core.pipeline.store import Store
+    from roar_core.pipeline.store_records import Access, TaskRun
+
+    cli = make_cli(tmp_path)
+    now = datetime.now(timezone.utc)
+    with Store.open(home=Path(cli.env["ROAR_HOME"])) as store:
+        for n, digest in ((1, "ab" * 32), (2, "abababab" + "cd" * 28)):
+            run_id = f"00000000-0000-7000-8000-{n:012d}"
+            store.finish_task_run(
+                run_id, "COMPLETE", now, 0,
+                accesses=[Access(str(tmp_path / f"f{n}"), "output", digest, 1, 1)],
+                started=TaskRun(run_id=run_id, engine="t", namespace="t", job_name="t",
+                                started_at=now))
+        assert store.complete_digest("abababab") == ["blake3:" + "ab" * 32,
+                                                     "blake3:" + "abababab" + "cd" * 28]
+        assert store.complete_digest("ababababa") == ["blake3:" + "ab" * 32]
+    proc = cli("lineage", "blake3:abababab")
+    assert proc.returncode == 1 and "is ambiguous" in one_error_line(proc)
+    assert cli("lineage", "ababababab", "--json").returncode == 0
+
+
 def test_run_summary_on_stderr_and_show(pipeline: Cli) -> None:
     work = pipeline.cwd
     summary = pipeline.steps["transform"].stderr.decode()
