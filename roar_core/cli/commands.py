@@ -133,6 +133,7 @@ def show(target: str | None, limit: int) -> None:
         history = store.accesses_of_uri(key)
         if not history:
             raise CliError(f"no task run or file recorded as {views.shown(target)} ({key})")
+        views.warn_if_changed(target, key, history[-1][0].digest)
         views.show_file(key, history)
 
 

@@ -456,7 +456,31 @@ def query(cfg: config_mod.Config, arg: str, directions: list[str],
     if g.root is None:
         what = shown(arg) if shown(arg) == key else f"{shown(arg)} ({key})"
         raise CliError(f"no lineage recorded for {what}")
+    warn_if_changed(arg, key, g.artifacts[g.root].digest if g.root in g.artifacts else None)
     return g
+
+
+def warn_if_changed(arg: str, key: str, recorded: str | None) -> None:
+    """The lineage of a file is that of its last recorded version: say so on stderr when
+    the file there now has other content, or is gone (one read of the file; read-only)."""
+    from roar_core.pipeline.hashing import blake3_file
+
+    if recorded is None or key != lineage_key(arg) or "://" in key or is_digest(key):
+        return  # a digest, a URI, or a prefix: names content, not what is there now
+    try:
+        now = "blake3:" + blake3_file(arg)
+    except FileNotFoundError:
+        why = "it no longer exists"
+    except OSError:
+        return
+    else:
+        if now == recorded:
+            return
+        why = f"it now holds {graph_mod.short_digest(now)}"
+    stderr_console().print(
+        f"roar-core: warning: {shown(arg)} has changed since it was recorded ({why}): this "
+        f"is the lineage of the recorded version, {graph_mod.short_digest(recorded)}",
+        markup=False)
 
 
 def _node_label(g: LineageGraph, node_id: str, cwd: Path) -> str:

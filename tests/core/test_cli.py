@@ -183,6 +183,33 @@ def test_an_ambiguous_digest_prefix_is_refused(tmp_path: Path) -> None:
     assert cli("lineage", "ababababab", "--json").returncode == 0
 
 
+def test_lineage_and_show_say_when_the_file_has_changed_since(tmp_path: Path) -> None:
+    cli = make_cli(tmp_path)
+    f = cli.cwd / "f.txt"
+    assert cli("run", "--wait", "--", "bash", "-c", "echo one > f.txt").returncode == 0
+    recorded = b3(f)
+    for cmd in ("lineage", "show", "graph"):
+        args = (cmd, "f.txt") + (("--format", "dot", "-o", "g.dot") if cmd == "graph" else ())
+        proc = cli(*args)
+        assert proc.returncode == 0 and b"warning" not in proc.stderr, proc.stderr
+        f.write_text("two\n")  # edited in place, not by a traced run
+        proc = cli(*args)
+        assert proc.returncode == 0
+        line = one_warning_line(proc)
+        assert "f.txt has changed since it was recorded" in line
+        assert f"it now holds {b3(f)[:19]}" in line and line.endswith(recorded[:19])
+        f.unlink()
+        assert "it no longer exists" in one_warning_line(cli(*args))
+        f.write_text("one\n")  # the recorded content again: no warning
+        assert b"warning" not in cli(*args).stderr
+
+
+def one_warning_line(proc: subprocess.CompletedProcess) -> str:
+    lines = [x for x in proc.stderr.decode().splitlines() if "warning" in x]
+    assert len(lines) == 1, proc.stderr.decode()
+    return lines[0]
+
+
 def test_run_summary_on_stderr_and_show(pipeline: Cli) -> None:
     work = pipeline.cwd
     summary = pipeline.steps["transform"].stderr.decode()
