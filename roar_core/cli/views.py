@@ -126,6 +126,11 @@ def write_atomically(path: Path, text: str) -> None:
     # leaves the previous one in place.
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        # mkstemp makes it 0600: the mode any file gets here (the user's umask), so a page
+        # written for others to open can be opened.
+        mask = os.umask(0)
+        os.umask(mask)
+        os.fchmod(fd, 0o666 & ~mask)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)

@@ -249,6 +249,9 @@ def test_graph_in_three_formats(pipeline: Cli) -> None:
     out = pipeline.cwd / "g.svg"
     pipeline.ok("graph", "report.txt", "--format", "svg", "-o", str(out))
     root = ET.parse(out).getroot()  # well-formed XML, or this raises
+    mask = os.umask(0)
+    os.umask(mask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~mask  # as any file written here, not 0600
     assert root.tag == f"{SVG_NS}svg"
     groups = [el.get("class") for el in root.iter(f"{SVG_NS}g")]
     assert groups.count("node run") == n_runs and groups.count("node file") == n_files
