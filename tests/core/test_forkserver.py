@@ -49,14 +49,20 @@ def _run_and_catch_recorder(cli, name: str) -> int:
 
 
 def _outputs(cli) -> dict[str, str]:
+    """The outputs of the run's COMPLETE event, once delivered (its START may come first,
+    in a delivery of its own)."""
     events = Path(cli.env["ROAR_HOME"]) / "openlineage" / "events.jsonl"
-    out = {}
-    for e in map(json.loads, _wait(lambda: events.exists() and events.read_text())
-                 .splitlines()):
-        if e["eventType"] == "COMPLETE":
-            for d in e["outputs"]:
-                out[d["name"]] = d["facets"]["version"]["datasetVersion"]
-    return out
+
+    def complete() -> dict[str, str]:
+        out = {}
+        text = events.read_text() if events.exists() else ""
+        for e in map(json.loads, text.split("\n")[:-1]):  # whole lines only
+            if e["eventType"] == "COMPLETE":
+                for d in e["outputs"]:
+                    out[d["name"]] = d["facets"]["version"]["datasetVersion"]
+        return out
+
+    return _wait(complete)
 
 
 def test_a_forked_recorder_records_in_its_producers_environment(tmp_path: Path,
