@@ -232,6 +232,12 @@ def serve(path: Path, first: Path) -> int:
         print("roar: threads after the fork server's warm-up: not serving", file=sys.stderr)
         listener.close()
         return _record(first)
+    try:
+        # Serving in a session, and so an autogroup, of its own at the default weight: the
+        # niced one above was for the imports; a producer waits for each answer.
+        os.setsid()
+    except OSError:
+        pass
 
     gc.freeze()  # the imported objects stay out of the children's collections (and pages)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
