@@ -26,9 +26,10 @@ from roar_core.pipeline.store import Store, StoreError, WorkflowRun
 from roar_core.pipeline.writer import LineageWriter, now
 
 
-def default_client(cfg: config_mod.Config):
+def default_client(cfg: config_mod.Config, create: bool = True):
     """The OpenLineage client: configured the standard ways when the user configured it;
-    otherwise (embedded defaults) a file transport under the roar home."""
+    otherwise (embedded defaults) a file transport under the roar home (`create`: its
+    directory made now; a look at the configuration, `doctor`, creates nothing)."""
     from openlineage.client import OpenLineageClient
     from openlineage.client.transport.file import FileConfig, FileTransport
 
@@ -39,7 +40,8 @@ def default_client(cfg: config_mod.Config):
     if configured:
         return OpenLineageClient()
     out = cfg.home / "openlineage" / "events.jsonl"
-    out.parent.mkdir(parents=True, exist_ok=True)
+    if create:
+        out.parent.mkdir(parents=True, exist_ok=True)
     return OpenLineageClient(transport=FileTransport(
         FileConfig(log_file_path=str(out), append=True)))
 

@@ -143,12 +143,12 @@ def write_atomically(path: Path, text: str) -> None:
 # Store, recorder, OpenLineage client
 
 
-def ol_client(cfg: config_mod.Config) -> Any:
+def ol_client(cfg: config_mod.Config, create: bool = True) -> Any:
     """The client `roar-core run` sends with (the same choice as the API's default)."""
     from roar_core.api import default_client
 
     try:
-        return default_client(cfg)
+        return default_client(cfg, create)
     except Exception as e:  # bad openlineage.yml, unknown transport...: the user's to fix
         raise CliError(f"cannot set up the OpenLineage client: {one_line(e)}", EXIT_USAGE) from e
 
@@ -623,7 +623,9 @@ def check_openlineage(cfg: config_mod.Config) -> Check:
     if not cfg.emit:
         return "openlineage", "warn", "emission off (emit = false): no events are spooled or sent"
     try:
-        client = ol_client(cfg)
+        # Nothing created: a .roar/ made here would make this directory the project root
+        # of every later command below it.
+        client = ol_client(cfg, create=False)
     except CliError as e:
         return "openlineage", "FAIL", str(e)
     where = describe_transport(client.transport)

@@ -281,6 +281,17 @@ def test_doctor_and_module_entry_point(pipeline: Cli) -> None:
     assert sorted(kinds) == ["COMPLETE"] * 4 + ["START"] * 4
 
 
+def test_doctor_in_a_fresh_directory_creates_nothing(tmp_path: Path) -> None:
+    """It made .roar/openlineage/ there, which made that directory the project root of
+    every later command run below it."""
+    cli = make_cli(tmp_path)
+    env = {k: v for k, v in cli.env.items() if k != "ROAR_HOME"}  # the default home: ./.roar
+    proc = cli("doctor", env=env)
+    assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
+    assert "openlineage  ok  file transport to" in proc.stdout.decode()
+    assert list(cli.cwd.iterdir()) == []
+
+
 def test_doctor_says_when_the_backend_takes_no_connection(tmp_path: Path) -> None:
     import socket
 
