@@ -36,19 +36,26 @@ def _fork_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             pass
 
 
-def fork_servers(runtime: Path) -> list[int]:
-    """The recorder fork servers serving from under `runtime` (/proc)."""
-    needle = os.fsencode(runtime.resolve())
+def processes(module: str, arg_matches) -> list[int]:
+    """Processes running `python -m module` with an argument `arg_matches(arg)` accepts
+    (/proc; a recorder forked by the fork server has its command line as one title, words
+    apart, so the words are what is looked at)."""
     found = []
     for pid in (p for p in os.listdir("/proc") if p.isdigit()):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read()
+                argv = f.read().replace(b"\0", b" ").split()
         except OSError:
             continue
-        if b"roar_core.recording.forkserver" in argv and needle in argv:
+        if module.encode() in argv and any(arg_matches(a) for a in argv):
             found.append(int(pid))
     return found
+
+
+def fork_servers(runtime: Path) -> list[int]:
+    """The recorder fork servers serving from under `runtime`."""
+    needle = os.fsencode(runtime.resolve())
+    return processes("roar_core.recording.forkserver", lambda a: a.startswith(needle))
 
 
 @pytest.fixture(autouse=True)

@@ -122,13 +122,10 @@ def _ask(path: Path, request: bytes) -> bool:
 
 
 def _spawn_server(path: Path, directory: Path, env: dict[str, str]) -> None:
-    import subprocess
+    from roar_core.recording.recorder import start_detached
 
-    # Through a shell that backgrounds it and exits: the server is nobody's child then.
-    script = '"$@" </dev/null >/dev/null 2>>"$0" &'
-    subprocess.run(["/bin/sh", "-c", script, str(path.with_suffix(".log")), sys.executable,
-                    "-m", "roar_core.recording.forkserver", str(path), str(directory)],
-                   env=env, stdin=subprocess.DEVNULL, start_new_session=True, check=False)
+    start_detached("roar_core.recording.forkserver", [str(path), str(directory)],
+                   path.with_suffix(".log"), env)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -210,13 +207,7 @@ def serve(path: Path, first: Path) -> int:
         os.close(lock)
         return _record(first)
     ident = os.stat(path).st_ino
-    try:
-        import setproctitle
-
-        setproctitle.setproctitle(
-            f"{sys.executable} -m roar_core.recording.forkserver {os.fspath(path)}")
-    except ImportError:
-        pass
+    _title("roar_core.recording.forkserver", path)
     # Its children get sessions (and autogroups) of their own; while it imports, the tasks
     # starting beside it come first.
     try:
@@ -286,7 +277,7 @@ def _record(directory: Path) -> int:
     """No serving after all: this process is the directory's recorder."""
     from roar_core.recording import recorder
 
-    _title(directory)
+    _title("roar_core.recording.recorder", directory)
     return recorder.main([os.fspath(directory)])
 
 
@@ -354,7 +345,7 @@ def _fork(listener: socket.socket, request: dict, conn: socket.socket | None = N
             os.chdir("/")  # (a removed directory: the recorder uses absolute paths)
         os.environ.clear()
         os.environ.update(request["env"])
-        _title(directory)
+        _title("roar_core.recording.recorder", directory)
         fd = os.open(os.devnull, os.O_RDWR)
         os.dup2(fd, 0)
         os.dup2(fd, 1)
@@ -377,15 +368,14 @@ def _fork(listener: socket.socket, request: dict, conn: socket.socket | None = N
             os._exit(code or 0)
 
 
-def _title(directory: Path) -> None:
-    """The command line the recorder would have had (what `ps` shows, and how tools find
-    a directory's recorder)."""
+def _title(module: str, arg: Path) -> None:
+    """The command line `python -m module arg` (what `ps` shows, and how tools find a
+    directory's recorder, forked or not)."""
     try:
         import setproctitle
     except ImportError:
         return
-    setproctitle.setproctitle(
-        f"{sys.executable} -m roar_core.recording.recorder {os.fspath(directory)}")
+    setproctitle.setproctitle(f"{sys.executable} -m {module} {os.fspath(arg)}")
 
 
 if __name__ == "__main__":

@@ -121,11 +121,15 @@ def _spawn(directory: Path) -> None:
     env[tracer.ENV_DISABLE] = "1"  # should the shim come back anyway, it records nothing
     if forkserver.start(directory, env):
         return  # forked, imports done, by the installation's warm server
-    # Through a shell that backgrounds it and exits: the recorder is nobody's child then,
-    # in a session of its own.
+    start_detached("roar_core.recording.recorder", [str(directory)], directory / LOG, env)
+
+
+def start_detached(module: str, args: list[str], log: Path, env: dict[str, str]) -> None:
+    """`python -m module args...` in the background, its stderr appended to `log`: through
+    a shell that backgrounds it and exits, so that it is nobody's child, in a session of
+    its own (an engine's clean-up of a dying worker's children leaves it alone)."""
     script = '"$@" </dev/null >/dev/null 2>>"$0" &'
-    subprocess.run(["/bin/sh", "-c", script, str(directory / LOG), sys.executable, "-m",
-                    "roar_core.recording.recorder", str(directory)],
+    subprocess.run(["/bin/sh", "-c", script, str(log), sys.executable, "-m", module, *args],
                    env=env, stdin=subprocess.DEVNULL, start_new_session=True, check=False)
 
 

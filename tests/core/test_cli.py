@@ -29,6 +29,7 @@ from roar_core.cli import commands as cli_mod
 from roar_core.cli import graph as graph_mod
 from roar_core.cli.views import HashProgress, tree_lines
 from roar_core.lineage import ArtifactNode, Edge, LineageGraph, RunNode
+from tests.conftest import processes
 
 ROAR = shutil.which("roar-core", path=str(Path(sys.executable).parent)) or shutil.which("roar-core")
 SVG_NS = "{http://www.w3.org/2000/svg}"
@@ -539,17 +540,9 @@ def test_flush_sends_the_backlog(tmp_path: Path) -> None:
 
 
 def _recorders_of(home: Path) -> list[int]:
-    """Background recorder processes working for the roar home `home` (/proc)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            argv = (entry / "cmdline").read_bytes().replace(b"\0", b" ").split()
-        except OSError:
-            continue
-        if b"roar_core.recording.recorder" in argv and os.fsencode(
-                home / "sessions") in argv:
-            found.append(int(entry.name))
-    return found
+    """Background recorder processes working for the roar home `home`."""
+    sessions = os.fsencode(home / "sessions")
+    return processes("roar_core.recording.recorder", lambda a: a == sessions)
 
 
 def test_in_an_outage_background_recorders_do_not_linger(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import blake3
 import ray
 
+from tests.conftest import processes
 from tests.integrations.ray.helpers import io_of
 from tests.olschema import validate_event
 
@@ -103,18 +104,9 @@ def where() -> str:
 
 
 def _recorder_of(node_id: str) -> int:
-    import os
-
-    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().replace(b"\0", b" ").split()
-        except OSError:
-            continue
-        if b"roar_core.recording.recorder" in argv and any(
-                a.endswith(node_id.encode()) for a in argv):
-            return int(pid)
-    raise AssertionError(f"no recorder for node {node_id}")
+    found = processes("roar_core.recording.recorder", lambda a: a.endswith(node_id.encode()))
+    assert found, f"no recorder for node {node_id}"
+    return found[0]
 
 
 def test_a_consumer_on_another_node_goes_out_after_its_producer(ray_job):
