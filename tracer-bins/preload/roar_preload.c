@@ -565,7 +565,7 @@ static void rpath_at(struct rpath *p, int dirfd, const char *s, char *tmp, uint3
     }
     char link[32] = "/proc/self/fd/";
     put_u64(link + 14, (uint64_t)dirfd)[0] = 0;
-    ssize_t n = syscall(SYS_readlink, link, tmp, PATH_MAX - 1);
+    ssize_t n = syscall(SYS_readlinkat, AT_FDCWD, link, tmp, PATH_MAX - 1);
     if (n > 0) {
         p->pre = tmp;
         p->prelen = (size_t)n;
@@ -730,7 +730,7 @@ static void close_record(int fd) {
     } else {
         char link[32] = "/proc/self/fd/";
         put_u64(link + 14, (uint64_t)fd)[0] = 0;
-        ssize_t n = syscall(SYS_readlink, link, tmp, PATH_MAX - 1);
+        ssize_t n = syscall(SYS_readlinkat, AT_FDCWD, link, tmp, PATH_MAX - 1);
         e.p1.s = tmp;
         e.p1.slen = n > 0 ? (size_t)n : 0;
     }
@@ -1515,7 +1515,7 @@ EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_act
 
 static void write_start_record(uint32_t origin) {
     char exe[PATH_MAX];
-    ssize_t n = syscall(SYS_readlink, "/proc/self/exe", exe, sizeof exe - 1);
+    ssize_t n = syscall(SYS_readlinkat, AT_FDCWD, "/proc/self/exe", exe, sizeof exe - 1);
     exe[n > 0 ? n : 0] = 0;
     /* argv from /proc/self/cmdline: NUL-separated already. */
     char cmd[ROAR_MAX_ARGV + 1];
