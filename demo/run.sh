@@ -4,7 +4,7 @@
 #
 #   gen -> transform -> stage (cp to a new path) -> report
 #
-# on the embedded defaults (SQLite store, event spool and file transport under demo/work/.roar),
+# on the embedded defaults (SQLite store, event spool and file transport under demo/work/.roar-core),
 # and show what was recorded: the runs, the lineage of report.txt, and an HTML graph of it.
 set -euo pipefail
 demo="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -27,8 +27,8 @@ done
 
 work="$demo/work"
 rm -rf "$work"
-# .roar/ makes work/ the project root, so the store is work/.roar/lineage.db.
-mkdir -p "$work/.roar" "$work/data" "$work/staged"
+# .roar-core/ makes work/ the project root, so the store is work/.roar-core/lineage.db.
+mkdir -p "$work/.roar-core" "$work/data" "$work/staged"
 cd "$work"
 
 step() {
@@ -55,6 +55,6 @@ echo "\$ roar-core graph report.txt --format html -o lineage.html"
 roar-core graph report.txt --format html -o lineage.html
 echo
 echo "demo: done. Open $work/lineage.html in a browser for the picture."
-echo "demo: the store is $work/.roar/lineage.db; the OpenLineage events are in"
-echo "      $work/.roar/openlineage/events.jsonl ($(wc -l < .roar/openlineage/events.jsonl) events)."
+echo "demo: the store is $work/.roar-core/lineage.db; the OpenLineage events are in"
+echo "      $work/.roar-core/openlineage/events.jsonl ($(wc -l < .roar-core/openlineage/events.jsonl) events)."
 echo "demo: try: cd $work && $repo/.venv/bin/roar-core lineage --downstream data/raw.csv"

@@ -1,13 +1,13 @@
 """Configuration: one precedence chain, written down once.
 
     1. built-in defaults
-    2. `[tool.roar]` in the project's pyproject.toml
-    3. `.roar/config.toml` of the project
+    2. `[tool.roar-core]` in the project's pyproject.toml
+    3. `.roar-core/config.toml` of the project
     4. environment variables (ROAR_<KEY>, e.g. ROAR_DATABASE_URL)
     5. explicit overrides passed by the caller (CLI flags, integration settings)
 
 The project root is the nearest directory, from the working directory up, holding a
-`.roar/` directory or a pyproject.toml with a `[tool.roar]` table; otherwise the
+`.roar-core/` directory or a pyproject.toml with a `[tool.roar-core]` table; otherwise the
 working directory.  OpenLineage transport settings are *not* ours: they follow the
 openlineage-python conventions (openlineage.yml, OPENLINEAGE_URL, ...).  Unknown keys
 are an error that names the key, so a typo never silently does nothing.
@@ -27,13 +27,19 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 
+# Not roar-cli's `.roar/` and `[tool.roar]` (the peer, often used in the same projects):
+# nothing of roar-cli's is read, and its directory never makes a project root here.
+HOME_NAME = ".roar-core"
+TOOL_TABLE = "roar-core"
+
+
 class ConfigError(ValueError):
     """Bad configuration; the message is one line and names the offending key or file."""
 
 
 @dataclass(frozen=True)
 class Config:
-    home: Path = Path(".roar")  # store, stat cache, spool, sessions
+    home: Path = Path(HOME_NAME)  # store, stat cache, spool, sessions
     database_url: str | None = None  # None: SQLite under home
     namespace: str = "roar"  # OpenLineage job namespace
     file_host: str | None = None  # "file://<host>" dataset namespace for non-shared disks
@@ -134,10 +140,10 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 def find_project_root(start: Path) -> Path:
     for d in [start, *start.parents]:
-        if (d / ".roar").is_dir():
+        if (d / HOME_NAME).is_dir():
             return d
         py = d / "pyproject.toml"
-        if py.is_file() and "tool" in (t := _read_toml(py)) and "roar" in t["tool"]:
+        if py.is_file() and "tool" in (t := _read_toml(py)) and TOOL_TABLE in t["tool"]:
             return d
     return start
 
@@ -185,9 +191,9 @@ def load(
     values: dict[str, Any] = {}
     py = root / "pyproject.toml"
     if py.is_file():
-        table = _read_toml(py).get("tool", {}).get("roar", {})
-        values.update(_check_keys(table, f"{py} [tool.roar]"))
-    local = root / ".roar" / "config.toml"
+        table = _read_toml(py).get("tool", {}).get(TOOL_TABLE, {})
+        values.update(_check_keys(table, f"{py} [tool.{TOOL_TABLE}]"))
+    local = root / HOME_NAME / "config.toml"
     if local.is_file():
         values.update(_check_keys(_read_toml(local), str(local)))
     values.update(_env_values(env))

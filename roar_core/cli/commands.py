@@ -61,7 +61,7 @@ def _load_config() -> config_mod.Config:
 def cli() -> None:
     """Observed lineage: trace what commands really read and write, by content hash.
 
-    Configuration: [tool.roar] in pyproject.toml, .roar/config.toml, ROAR_* variables
+    Configuration: [tool.roar-core] in pyproject.toml, .roar-core/config.toml, ROAR_* variables
     (ROAR_HOME, ROAR_DATABASE_URL, ...). OpenLineage: OPENLINEAGE_URL or openlineage.yml;
     without them events go to a file under the roar home.
     """

@@ -31,7 +31,14 @@ from roar_core.cli.commands import CLOSE_TIMEOUT_S, EXIT_USAGE, CliError
 from roar_core.cli.run import RunResult, how_it_ended
 from roar_core.lineage import LineageGraph, RunNode, digest_prefix, is_digest
 from roar_core.pipeline.classification import display_name
-from roar_core.pipeline.store import DB_FILENAME, AccessRecord, Store, StoreError, TaskRunRecord
+from roar_core.pipeline.store import (
+    DB_FILENAME,
+    AccessRecord,
+    Store,
+    StoreError,
+    TaskRunRecord,
+    connect_read_only,
+)
 
 PROGRESS_DELAY_S = 1.0  # hashing shorter than this shows no progress bar
 # A backlog this small is sent before `run --wait` exits (a few ms of the client's time).
@@ -187,15 +194,29 @@ def open_roar(cfg: config_mod.Config, progress: Callable[[int, int], None] | Non
                        EXIT_USAGE) from e
 
 
+def home_read_only(cfg: config_mod.Config) -> bool:
+    """The roar home is there and cannot be written (a read-only mount, another user's):
+    reading commands read its store as it is."""
+    return cfg.home.is_dir() and not os.access(cfg.home, os.W_OK | os.X_OK)
+
+
 def drain_pending(cfg: config_mod.Config, required: bool = True) -> None:
     """Record the runs that `roar-core run` left to the recorder and that are not recorded
     yet, so that what a reading command shows is complete: here, or by waiting for the
     recorder that is at it.  `required=False` (flush: the events already spooled go out
     whatever the store's state): a store that cannot be opened is a warning, and the runs
     stay pending."""
-    from roar_core.cli.run import adopt_old_runs, log_dirs
+    from roar_core.cli.run import adopt_old_runs, log_dirs, pending
     from roar_core.recording import recorder, tasklog
 
+    if home_read_only(cfg):
+        waiting = len(pending(cfg))
+        if waiting:
+            stderr_console().print(
+                f"roar-core: warning: {waiting} run(s) not recorded yet: the roar home "
+                f"{cfg.home} cannot be written; they are recorded once it can be",
+                style="yellow", highlight=False, soft_wrap=True)
+        return
     adopt_old_runs(cfg)
     dirs = [d for d in log_dirs(cfg) if tasklog.log_paths(d)]
     if not dirs:
@@ -226,7 +247,7 @@ def read_store(cfg: config_mod.Config) -> Iterator[Store]:
     if store_missing(cfg):
         raise CliError(f"nothing recorded yet: no lineage store at {cfg.home / DB_FILENAME}")
     try:
-        store = Store.open(url=cfg.database_url, home=cfg.home)
+        store = Store.open(url=cfg.database_url, home=cfg.home, read_only=home_read_only(cfg))
     except StoreError as e:
         raise CliError(str(e), EXIT_USAGE) from e
     try:
@@ -594,8 +615,9 @@ def check_store(cfg: config_mod.Config) -> Check:
         if d.is_dir() and os.access(d, os.W_OK | os.X_OK):
             return "store", "ok", f"sqlite {where} (not created yet; the first run will)"
         return "store", "FAIL", f"sqlite {where} cannot be created: {d} is not a writable dir"
+    read_only = home_read_only(cfg)
     try:
-        Store.open(url=cfg.database_url, home=cfg.home).close()
+        Store.open(url=cfg.database_url, home=cfg.home, read_only=read_only).close()
     except StoreError as e:
         return "store", "FAIL", str(e)
     if cfg.database_url is None:
@@ -603,7 +625,10 @@ def check_store(cfg: config_mod.Config) -> Check:
         if damage:
             return "store", "FAIL", (f"sqlite {where} is damaged ({damage}): runs wait to be "
                                      "recorded until it is repaired or moved away")
-    return "store", "ok", f"{'sqlite' if cfg.database_url is None else 'database'} {where}"
+    kind = "sqlite" if cfg.database_url is None else "database"
+    if read_only:
+        return "store", "ok", f"{kind} {where} (read-only: show, lineage and graph read it)"
+    return "store", "ok", f"{kind} {where}"
 
 
 def _sqlite_damage(path: Path) -> str | None:
@@ -611,7 +636,7 @@ def _sqlite_damage(path: Path) -> str | None:
     import sqlite3
 
     try:
-        with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        with closing(connect_read_only(path)) as db:
             rows = db.execute("PRAGMA quick_check(3)").fetchall()
     except sqlite3.Error as e:
         return str(e)
@@ -623,7 +648,7 @@ def check_openlineage(cfg: config_mod.Config) -> Check:
     if not cfg.emit:
         return "openlineage", "warn", "emission off (emit = false): no events are spooled or sent"
     try:
-        # Nothing created: a .roar/ made here would make this directory the project root
+        # Nothing created: a .roar-core/ made here would make this directory the project root
         # of every later command below it.
         client = ol_client(cfg, create=False)
     except CliError as e:

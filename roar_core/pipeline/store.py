@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
+from urllib.parse import quote
 
 from sqlalchemy import (
     Connection,
@@ -198,6 +199,37 @@ def _sqlite_engine(url: URL) -> Engine:
     return engine
 
 
+def connect_read_only(path: str | Path) -> sqlite3.Connection:
+    """A connection that writes nothing: `mode=ro`, or, where SQLite cannot read a WAL
+    database that way (its -shm file is gone and cannot be made in a read-only directory),
+    `immutable=1`, which reads the file as it is."""
+    uri = "file:" + quote(str(path))
+    conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, check_same_thread=False)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return conn
+    except sqlite3.OperationalError:
+        conn.close()
+    return sqlite3.connect(f"{uri}?immutable=1", uri=True, check_same_thread=False)
+
+
+def _sqlite_reader(url: URL) -> Engine:
+    engine = create_engine("sqlite://", creator=functools.partial(connect_read_only,
+                                                                  url.database))
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None
+        dbapi_conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        dbapi_conn.execute("PRAGMA query_only = ON")
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN DEFERRED")
+
+    return engine
+
+
 def _normalize_url(url: str) -> URL:
     parsed = make_url(url)
     # "postgresql://" means psycopg2 to SQLAlchemy; psycopg 3 is what roar-core[postgres] ships.
@@ -225,6 +257,13 @@ def _current_revision(engine: Engine) -> str | None:
         if not inspect(conn).has_table(VERSION_TABLE):
             return None
         return conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
+
+
+def _check_head(engine: Engine) -> None:
+    current = _current_revision(engine)
+    if current != SCHEMA_HEAD:
+        raise StoreError(f"schema revision {current} is not this roar-core's ({SCHEMA_HEAD}) "
+                         "and a store that cannot be written cannot be migrated")
 
 
 def _migrate(engine: Engine, writer: Engine) -> None:
@@ -268,13 +307,16 @@ class Store:
         self._batch = threading.local()  # .conn: this thread's open batch, if any
 
     @classmethod
-    def open(cls, url: str | None = None, home: Path | None = None) -> Store:
+    def open(cls, url: str | None = None, home: Path | None = None,
+             read_only: bool = False) -> Store:
         """Open (creating and migrating to head if needed) the store at `url`, else at
-        `<home>/lineage.db`. Safe to call from many processes at once."""
+        `<home>/lineage.db`. Safe to call from many processes at once.  `read_only`: for
+        reading an existing store whose home cannot be written (a read-only mount, another
+        user's); nothing is created, set or migrated."""
         if url is None:
             if home is None:
                 raise StoreError("no store location: pass a database URL or a roar home")
-            path = _prepare_home(Path(home))
+            path = Path(home) / DB_FILENAME if read_only else _prepare_home(Path(home))
             db_url = URL.create("sqlite", database=str(path))
             where = str(path)
         else:
@@ -282,7 +324,7 @@ class Store:
             where = db_url.render_as_string(hide_password=True)
         try:
             if db_url.get_backend_name() == "sqlite":
-                engine = _sqlite_engine(db_url)
+                engine = _sqlite_reader(db_url) if read_only else _sqlite_engine(db_url)
                 writer = engine.execution_options(roar_sqlite_begin="IMMEDIATE")
             else:
                 # Long-lived workers outlive server-side idle timeouts.
@@ -290,7 +332,10 @@ class Store:
         except (SQLAlchemyError, ImportError) as exc:
             raise StoreError(f"cannot open lineage store at {where}: {_one_line(exc)}") from exc
         try:
-            _migrate(engine, writer)
+            if read_only:
+                _check_head(engine)
+            else:
+                _migrate(engine, writer)
         except StoreError as exc:
             engine.dispose()
             raise StoreError(f"cannot open lineage store at {where}: {exc}") from None

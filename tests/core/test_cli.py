@@ -52,9 +52,9 @@ class Cli:
     steps: dict[str, subprocess.CompletedProcess] = field(default_factory=dict)
 
     def __call__(self, *args: str | bytes, env: dict[str, str] | None = None,
-                 timeout: float = 60) -> subprocess.CompletedProcess:
+                 timeout: float = 60, cwd: Path | None = None) -> subprocess.CompletedProcess:
         assert ROAR, "the roar-core console script is not installed next to this Python"
-        return subprocess.run([ROAR, *args], cwd=self.cwd, env=env or self.env,
+        return subprocess.run([ROAR, *args], cwd=cwd or self.cwd, env=env or self.env,
                               capture_output=True, timeout=timeout)
 
     def ok(self, *args: str | bytes) -> str:
@@ -283,14 +283,37 @@ def test_doctor_and_module_entry_point(pipeline: Cli) -> None:
 
 
 def test_doctor_in_a_fresh_directory_creates_nothing(tmp_path: Path) -> None:
-    """It made .roar/openlineage/ there, which made that directory the project root of
+    """It made .roar-core/openlineage/ there, which made that directory the project root of
     every later command run below it."""
     cli = make_cli(tmp_path)
-    env = {k: v for k, v in cli.env.items() if k != "ROAR_HOME"}  # the default home: ./.roar
+    env = {k: v for k, v in cli.env.items() if k != "ROAR_HOME"}  # the default home: ./.roar-core
     proc = cli("doctor", env=env)
     assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
     assert "openlineage  ok  file transport to" in proc.stdout.decode()
     assert list(cli.cwd.iterdir()) == []
+
+
+def test_a_project_that_uses_roar_cli_is_left_alone(tmp_path: Path) -> None:
+    """roar-cli (the peer) keeps `.roar/` with its own config.toml: every roar-core command
+    failed on it ("unknown key 'output'"), and its parent became roar-core's project root."""
+    cli = make_cli(tmp_path)
+    peer = cli.cwd / ".roar"
+    peer.mkdir()
+    (peer / "config.toml").write_text('[output]\nquiet = true\n[filters]\nignore_tmp_files = 0\n')
+    (peer / "roar.db").write_bytes(b"not ours")
+    before = {p: p.stat().st_mtime_ns for p in [peer, *peer.iterdir()]}
+    sub = cli.cwd / "steps"
+    sub.mkdir()
+    (sub / "in.txt").write_text("x\n")
+    env = {k: v for k, v in cli.env.items() if k != "ROAR_HOME"}
+    for args in (["run", "--wait", "--", "cp", "in.txt", "out.txt"], ["show"],
+                 ["lineage", "out.txt"], ["doctor"]):
+        proc = cli(*args, env=env, cwd=sub)
+        assert proc.returncode == 0, (args, proc.stderr.decode())
+        assert "unknown key" not in proc.stderr.decode()
+    assert (sub / ".roar-core" / "lineage.db").is_file()  # its own home, where it ran
+    assert {p: p.stat().st_mtime_ns for p in [peer, *peer.iterdir()]} == before
+    assert sorted(p.name for p in peer.iterdir()) == ["config.toml", "roar.db"]
 
 
 def test_doctor_says_when_the_backend_takes_no_connection(tmp_path: Path) -> None:
@@ -414,8 +437,8 @@ def test_no_wait_hands_off_and_readers_wait_for_the_recorder(tmp_path: Path) -> 
 
 def test_unknown_config_key_is_named_and_nothing_runs(tmp_path: Path) -> None:
     cli = make_cli(tmp_path)
-    (cli.cwd / ".roar").mkdir()
-    (cli.cwd / ".roar" / "config.toml").write_text('namespce = "typo"\n')
+    (cli.cwd / ".roar-core").mkdir()
+    (cli.cwd / ".roar-core" / "config.toml").write_text('namespce = "typo"\n')
     proc = cli("run", "--wait", "--", "touch", "marker")
     assert proc.returncode == 2
     assert "unknown key 'namespce'" in one_error_line(proc)
@@ -424,8 +447,8 @@ def test_unknown_config_key_is_named_and_nothing_runs(tmp_path: Path) -> None:
 
 def test_a_config_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
     cli = make_cli(tmp_path)
-    (cli.cwd / ".roar").mkdir()
-    (cli.cwd / ".roar" / "config.toml").write_bytes(b'namespace = "caf\xe9"\n')
+    (cli.cwd / ".roar-core").mkdir()
+    (cli.cwd / ".roar-core" / "config.toml").write_bytes(b'namespace = "caf\xe9"\n')
     proc = cli("show")
     assert proc.returncode == 2
     assert "not UTF-8" in one_error_line(proc) and "config.toml" in one_error_line(proc)

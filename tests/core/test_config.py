@@ -15,14 +15,14 @@ def write(p: Path, text: str) -> Path:
 
 def test_defaults_put_home_under_the_project(tmp_path):
     cfg = load(cwd=tmp_path, env={})
-    assert cfg.home == tmp_path / ".roar" and cfg.database_url is None
+    assert cfg.home == tmp_path / ".roar-core" and cfg.database_url is None
     assert cfg.namespace == "roar" and cfg.emit and not cfg.disabled
 
 
 def test_precedence_pyproject_then_local_then_env_then_arguments(tmp_path):
     write(tmp_path / "pyproject.toml",
-          '[tool.roar]\nnamespace = "from-pyproject"\nexclude = ["*.log"]\nhash_workers = 2\n')
-    write(tmp_path / ".roar" / "config.toml", 'namespace = "from-local"\n')
+          '[tool.roar-core]\nnamespace = "from-pyproject"\nexclude = ["*.log"]\nhash_workers = 2\n')
+    write(tmp_path / ".roar-core" / "config.toml", 'namespace = "from-local"\n')
     sub = tmp_path / "a" / "b"
     sub.mkdir(parents=True)
     cfg = load(cwd=sub, env={})
@@ -35,7 +35,7 @@ def test_precedence_pyproject_then_local_then_env_then_arguments(tmp_path):
 
 
 def test_roar_home_env_and_relative_home(tmp_path):
-    write(tmp_path / ".roar" / "config.toml", 'home = "state"\n')
+    write(tmp_path / ".roar-core" / "config.toml", 'home = "state"\n')
     assert load(cwd=tmp_path, env={}).home == tmp_path / "state"
     assert load(cwd=tmp_path, env={"ROAR_HOME": str(tmp_path / "x")}).home == tmp_path / "x"
 
@@ -43,8 +43,8 @@ def test_roar_home_env_and_relative_home(tmp_path):
 @pytest.mark.parametrize(
     "where, text, key",
     [
-        ("pyproject.toml", "[tool.roar]\nnamespce = 'typo'\n", "namespce"),
-        (".roar/config.toml", "databse_url = 'x'\n", "databse_url"),
+        ("pyproject.toml", "[tool.roar-core]\nnamespce = 'typo'\n", "namespce"),
+        (".roar-core/config.toml", "databse_url = 'x'\n", "databse_url"),
     ],
 )
 def test_unknown_keys_are_named(tmp_path, where, text, key):
@@ -78,7 +78,7 @@ def test_bad_values(tmp_path, env):
 
 
 def test_invalid_toml_is_one_line(tmp_path):
-    write(tmp_path / ".roar" / "config.toml", "namespace = \n")
+    write(tmp_path / ".roar-core" / "config.toml", "namespace = \n")
     with pytest.raises(ConfigError, match="invalid TOML"):
         load(cwd=tmp_path, env={})
 

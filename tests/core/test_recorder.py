@@ -28,7 +28,7 @@ def project(tmp_path, monkeypatch):
         if k.startswith("OPENLINEAGE"):
             monkeypatch.delenv(k)
     monkeypatch.chdir(tmp_path)
-    (tmp_path / ".roar").mkdir()
+    (tmp_path / ".roar-core").mkdir()
     roar = Roar(config.load(cwd=tmp_path, env={}))
     yield tmp_path, roar
     roar.close()

@@ -151,3 +151,48 @@ def test_a_damaged_store_keeps_the_runs_and_flush_sends_what_was_spooled(
              for e in map(json.loads, events.read_text().splitlines())]
     assert kinds[-2:] == [("after", "START"), ("after", "COMPLETE")], kinds
     assert len(kinds) == 8
+
+
+READ_ONLY = r"""
+set -u
+home=$1 out=$2 roar=$3
+mount --bind "$home" "$home" && mount -o remount,bind,ro "$home" || exit 99
+for c in show "lineage b.txt" "graph b.txt --format dot" doctor; do
+    name=${c%% *}
+    $roar $c >"$out/$name.out" 2>"$out/$name.err"; echo $? >"$out/$name.rc"
+done
+"""
+
+
+def test_reading_commands_read_a_read_only_store_and_write_nothing(tmp_path: Path) -> None:
+    """`show`, `lineage`, `graph` refused a store they could not write ("roar home ... is
+    not writable"): a read-only mount, another user's home."""
+    if shutil.which("unshare") is None or subprocess.run(
+            [*_namespace(), "true"], capture_output=True).returncode != 0:
+        pytest.skip("no mount namespace here (unshare)")
+    cli = make_cli(tmp_path)
+    home = Path(cli.env["ROAR_HOME"])
+    (cli.cwd / "a.txt").write_text("a\n")
+    for step in (["cp", "a.txt", "b.txt"], ["sh", "-c", "tr a b < b.txt > c.txt"]):
+        proc = cli("run", "--wait", "--", *step)
+        assert proc.returncode == 0, proc.stderr
+    before = {p.relative_to(home): p.stat().st_mtime_ns for p in home.rglob("*")}
+    out = tmp_path / "out"
+    out.mkdir()
+    done = subprocess.run([*_namespace(), "bash", "-c", READ_ONLY, "scenario", str(home),
+                           str(out), ROAR], cwd=cli.cwd, env=cli.env, capture_output=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
+    for name in ("show", "lineage", "graph"):
+        rc, text, err = _step(out, name)
+        assert rc == 0 and "Traceback" not in err, (name, err)
+    rc, text, _ = _step(out, "show")
+    assert sorted(line.split()[2] for line in text.splitlines()[1:]) == ["cp", "tr"], text
+    _, text, _ = _step(out, "lineage")
+    assert "run cp" in text and "a.txt" in text
+    _, text, _ = _step(out, "graph")
+    assert text.startswith("digraph") and str(cli.cwd / "a.txt") in text
+    rc, report, _ = _step(out, "doctor")
+    store = next(line for line in report.splitlines() if line.startswith("store"))
+    assert " ok " in store and "read-only" in store, report
+    assert {p.relative_to(home): p.stat().st_mtime_ns for p in home.rglob("*")} == before

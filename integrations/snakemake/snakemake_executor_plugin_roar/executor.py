@@ -52,7 +52,7 @@ class ExecutorSettings(ExecutorSettingsBase):
     home: Optional[str] = field(  # noqa: UP045
         default=None,
         metadata={"help": "roar home: lineage store, event spool and trace sessions "
-                          "(default: roar's configuration, .roar/ in the project)."},
+                          "(default: roar's configuration, .roar-core/ in the project)."},
     )
     require_tracer: bool = field(
         default=False,
