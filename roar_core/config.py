@@ -80,7 +80,7 @@ _ENV_PREFIX = "ROAR_"
 # Environment variables that are ours but not config keys (tracer/session plumbing, the
 # CLI's traceback switch, the test suite's settings, which CI exports around every command).
 _ENV_NOT_KEYS = {
-    "ROAR_SESSION_DIR", "ROAR_TASK_TAG", "ROAR_DISABLE", "ROAR_PRELOAD_LIB", "ROAR_DEBUG",
+    "ROAR_SESSION_DIR", "ROAR_TASK_TAG", "ROAR_TRACER_OFF", "ROAR_PRELOAD_LIB", "ROAR_DEBUG",
     "ROAR_OPENLINEAGE_SPEC",
 }
 _ENV_NOT_KEY_PREFIXES = ("ROAR_TEST_",)

@@ -17,7 +17,7 @@ from pathlib import Path
 LIB_NAME = "libroar_preload.so"
 ENV_SESSION = "ROAR_SESSION_DIR"
 ENV_TAG = "ROAR_TASK_TAG"
-ENV_DISABLE = "ROAR_DISABLE"
+ENV_TRACER_OFF = "ROAR_TRACER_OFF"
 
 
 def library_path() -> Path:
@@ -28,12 +28,12 @@ def library_path() -> Path:
     return Path(__file__).resolve().parents[1] / "_bin" / LIB_NAME
 
 
-DISABLED_REASON = f"{ENV_DISABLE} is set: the tracer is switched off"
+DISABLED_REASON = f"{ENV_TRACER_OFF} is set: the tracer is switched off"
 
 
 def disabled_by_env() -> bool:
-    """ROAR_DISABLE as the shim reads it (env_true() in roar_preload.c)."""
-    return os.environ.get(ENV_DISABLE, "").lower() not in ("", "0", "false")
+    """ROAR_TRACER_OFF as the shim reads it (env_true() in roar_preload.c)."""
+    return os.environ.get(ENV_TRACER_OFF, "").lower() not in ("", "0", "false")
 
 
 @dataclass(frozen=True)

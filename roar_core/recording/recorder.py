@@ -118,7 +118,7 @@ def _spawn(directory: Path) -> None:
     tracer.ignore_this_thread()
     env = {k: v for k, v in os.environ.items()
            if k not in ("LD_PRELOAD", tracer.ENV_SESSION, tracer.ENV_TAG)}
-    env[tracer.ENV_DISABLE] = "1"  # should the shim come back anyway, it records nothing
+    env[tracer.ENV_TRACER_OFF] = "1"  # should the shim come back anyway, it records nothing
     if forkserver.start(directory, env):
         return  # forked, imports done, by the installation's warm server
     start_detached("roar_core.recording.recorder", [str(directory)], directory / LOG, env)

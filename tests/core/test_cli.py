@@ -377,9 +377,9 @@ def test_exit_codes_signals_and_output_pass_through(tmp_path: Path) -> None:
 
 def test_untraced_runs_say_so_and_the_kill_switch_records_nothing(tmp_path: Path) -> None:
     cli = make_cli(tmp_path)
-    proc = cli("run", "--wait", "--", "touch", "a", env={**cli.env, "ROAR_DISABLE": "1"})
+    proc = cli("run", "--wait", "--", "touch", "a", env={**cli.env, "ROAR_TRACER_OFF": "1"})
     assert proc.returncode == 0 and (cli.cwd / "a").exists()
-    assert b"roar-core: UNTRACED: ROAR_DISABLE is set" in proc.stderr
+    assert b"roar-core: UNTRACED: ROAR_TRACER_OFF is set" in proc.stderr
     assert re.search(r"touch\s+COMPLETE \(exit 0\)\s+0\s+0\s+NO\s", cli.ok("show"))
     home = tmp_path / "off"
     proc = cli("run", "--wait", "--", "touch", "b", env={**cli.env, "ROAR_DISABLED": "1",

@@ -86,3 +86,15 @@ def test_invalid_toml_is_one_line(tmp_path):
 def test_empty_namespace_rejected(tmp_path):
     with pytest.raises(ConfigError, match="namespace"):
         load(cwd=tmp_path, env={"ROAR_NAMESPACE": ""})
+
+
+def test_the_two_switches_cannot_be_mistaken(tmp_path, capsys):
+    """ROAR_DISABLE (tracer off, recorded as untraced) and ROAR_DISABLED (record nothing)
+    differed by a letter: the tracer switch is ROAR_TRACER_OFF now, and the old name gets
+    the warning of an unknown variable, naming the kill switch."""
+    assert load(cwd=tmp_path, env={"ROAR_DISABLED": "1"}).disabled
+    cfg = load(cwd=tmp_path, env={"ROAR_DISABLE": "1", "ROAR_TRACER_OFF": "1"})
+    assert not cfg.disabled
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["roar: warning: ROAR_DISABLE is not a roar setting, ignored; did you mean "
+                   "ROAR_DISABLED?"]

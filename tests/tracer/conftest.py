@@ -23,7 +23,7 @@ from roar_core.pipeline import tracelog, tracer
 
 # Variables that would change how a child is traced (or traced at all): never inherited
 # from the environment pytest itself runs in (it may be running under roar).
-TRACER_VARS = ("LD_PRELOAD", tracer.ENV_SESSION, tracer.ENV_TAG, tracer.ENV_DISABLE,
+TRACER_VARS = ("LD_PRELOAD", tracer.ENV_SESSION, tracer.ENV_TAG, tracer.ENV_TRACER_OFF,
                "ROAR_PRELOAD_LIB")
 
 

@@ -582,7 +582,7 @@ def test_truncated_log_is_read_up_to_the_cut(ops, work, session):
 
 def test_disable_switch_and_unwritable_session(ops, work, session, tmp_path):
     (work / "f").write_text("f")
-    p = run([ops, "open", "f", "r"], session, work, env_extra={"ROAR_DISABLE": "1"})
+    p = run([ops, "open", "f", "r"], session, work, env_extra={"ROAR_TRACER_OFF": "1"})
     assert p.returncode == 0 and not tracelog.log_files(session)
     ro = tmp_path / "ro"
     ro.mkdir()

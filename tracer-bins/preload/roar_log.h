@@ -58,7 +58,7 @@ struct roar_log_header {
     /* 72..4095: zero. */
 };
 
-#define ROAR_HDR_DISABLED 1u /* ROAR_DISABLE was set: the log stays empty */
+#define ROAR_HDR_DISABLED 1u /* ROAR_TRACER_OFF was set: the log stays empty */
 
 /* Record state (second half of the first 8 bytes). */
 #define ROAR_STATE_RESERVED 0x5253u /* "SR" */

@@ -1710,7 +1710,7 @@ __attribute__((constructor(101))) static void roar_init(void) {
         strcpy(g.lib_path, info.dli_fname);
     const char *dir = getenv("ROAR_SESSION_DIR");
     if (!dir || !*dir || strlen(dir) >= sizeof g.session_dir - 64) return;
-    if (env_true(getenv("ROAR_DISABLE"))) return;
+    if (env_true(getenv("ROAR_TRACER_OFF"))) return;
     strcpy(g.session_dir, dir);
     g.pid = (uint32_t)syscall(SYS_getpid);
     g.ppid = (uint32_t)syscall(SYS_getppid);

@@ -32,7 +32,7 @@ BIN = Path(sys.executable).parent
 
 
 def snakemake_env(home: Path) -> dict[str, str]:
-    keep = ("ROAR_DISABLE", "ROAR_PRELOAD_LIB")  # how the tracer runs, not where lineage goes
+    keep = ("ROAR_TRACER_OFF", "ROAR_PRELOAD_LIB")  # how the tracer runs, not where lineage goes
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and (
         k in keep or not k.startswith(("OPENLINEAGE", "ROAR_")))}
     env["ROAR_HOME"] = str(home)

@@ -75,13 +75,13 @@ def test_touch_protected_log_wrapper_and_pipe_group(tmp_path, smk, lineage):
 def test_untraced_jobs_say_so(tmp_path, smk, lineage, monkeypatch):
     wd = tmp_path.resolve()
     (wd / "Snakefile").write_text('rule a:\n    output: "a.txt"\n    shell: "echo a > {output}"\n')
-    monkeypatch.setenv("ROAR_DISABLE", "1")  # the tracer records nothing: say so, loudly
+    monkeypatch.setenv("ROAR_TRACER_OFF", "1")  # the tracer records nothing: say so, loudly
     refused = smk(wd, "-j1", "--roar-require-tracer", ok=False)
     assert "--roar-require-tracer" in refused.stderr
     done = smk(wd, "-j1")
-    assert "UNTRACED (ROAR_DISABLE is set" in done.stderr
+    assert "UNTRACED (ROAR_TRACER_OFF is set" in done.stderr
     (e,) = lineage(wd / ".roar-home").terminal()
     task = e["run"]["facets"]["roar_task"]
     assert e["eventType"] == "COMPLETE" and task["traced"] is False
-    assert "ROAR_DISABLE" in task["untracedReason"]
+    assert "ROAR_TRACER_OFF" in task["untracedReason"]
     assert "roar_io" not in e["run"]["facets"]  # nothing observed: nothing to compare
