@@ -224,16 +224,48 @@ ENGINE_ENV = {"ray": "roar_ray", "airflow": "roar_airflow"}
 def env(engine: str) -> None:
     """Print the shell exports that attach roar to ENGINE's workers.
 
-    Use before starting them, e.g. `eval "$(roar-core env ray)"` before `ray start`.
+    For a shell that only starts them (`eval "$(roar-core env ray)"` before `ray start`):
+    every later command of that shell is traced too.  `roar-core exec` starts one
+    process with them instead.
     """
+    click.echo(_engine_module(engine).shell_exports(), nl=False)
+
+
+def _engine_module(engine: str):  # noqa: ANN202 (roar_ray or roar_airflow)
     import importlib
 
     try:
-        module = importlib.import_module(ENGINE_ENV[engine])
+        return importlib.import_module(ENGINE_ENV[engine])
     except ImportError as e:
         raise CliError(f"roar's {engine} integration needs {engine}: "
                        f'pip install "roar-core[{engine}]" ({e})', EXIT_USAGE) from e
-    click.echo(module.shell_exports(), nl=False)
+
+
+@cli.command("exec", context_settings={"allow_interspersed_args": False})
+@click.option("--engine", type=click.Choice(sorted(ENGINE_ENV)),
+              help="Whose processes CMD starts (default: CMD's program name).")
+@click.argument("command", nargs=-1, required=True, metavar="-- CMD...")
+def exec_(engine: str | None, command: tuple[str, ...]) -> None:
+    """Start CMD, an engine's long-lived process, with roar attached to it and to every
+    process it starts: `roar-core exec -- airflow scheduler`, `roar-core exec -- ray start
+    --head`.  The environment is `roar-core env ENGINE`'s, for CMD only: the shell it is
+    typed in stays untraced."""
+    engine = engine or os.path.basename(command[0])
+    if engine not in ENGINE_ENV:
+        raise CliError(f"cannot tell which engine {command[0]!r} is: name it with --engine "
+                       f"({', '.join(sorted(ENGINE_ENV))})", EXIT_USAGE)
+    env = dict(os.environ)
+    for k, v in _engine_module(engine).exports().items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    sys.stdout.flush()
+    try:
+        os.execvpe(command[0], list(command), env)  # CMD is this process from here on
+    except OSError as e:
+        raise CliError(f"{command[0]}: {e.strerror}", 127 if isinstance(
+            e, FileNotFoundError) else 126) from e
 
 
 @cli.command()

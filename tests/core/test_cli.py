@@ -777,3 +777,22 @@ def test_a_roar_variable_of_the_users_own_is_a_warning_not_a_failure(tmp_path: P
     proc = cli("run", "--", "true", env={**cli.env, "ROAR_MY_OWN_THING": "1"})
     assert proc.returncode == 0, proc.stderr
     assert b"roar: warning: ROAR_MY_OWN_THING is not a roar setting, ignored" in proc.stderr
+
+
+def test_exec_starts_one_engine_process_with_roar_attached(tmp_path: Path) -> None:
+    """`eval "$(roar-core env airflow)"` preloaded the tracer into the whole interactive
+    shell; `exec` attaches it to the one command (the engine named by it or by --engine),
+    which then is that process: its status, its output."""
+    cli = make_cli(tmp_path)
+    script = 'echo "$LD_PRELOAD|$ROAR_SESSION_DIR|${ROAR_TASK_TAG-unset}|$$"; exit 5'
+    proc = cli("exec", "--engine", "airflow", "--", "sh", "-c", script,
+               env={**cli.env, "ROAR_TASK_TAG": "stale"})
+    assert proc.returncode == 5, proc.stderr
+    preload, session, tag, _ = proc.stdout.decode().strip().split("|")
+    assert preload.endswith("libroar_preload.so") and Path(session).is_dir()
+    assert tag == "unset"
+    proc = cli("exec", "--engine", "ray", "--", "sh", "-c", "echo $RAY_RUNTIME_ENV_PLUGINS")
+    assert proc.returncode == 0 and b"roar_ray.RoarPlugin" in proc.stdout
+    assert "cannot tell which engine 'sh' is" in one_error_line(cli("exec", "--", "sh", "-c",
+                                                                    "true"))
+    assert cli("exec", "--engine", "ray", "--", "no-such-program-here").returncode == 127

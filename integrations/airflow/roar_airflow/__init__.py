@@ -1,8 +1,7 @@
 """roar's Airflow provider: `@task.roar` and traced operators.
 
     pip install "roar-core[airflow]"
-    eval "$(roar-core env airflow)"     # then start the scheduler (LocalExecutor) or
-    airflow scheduler                   # `airflow celery worker` in this shell
+    roar-core exec -- airflow scheduler    # (LocalExecutor), or `-- airflow celery worker`
 
 With the tracer preloaded into the worker, every task Airflow forks from it is traced in
 place and `@task.roar` only marks its boundaries; without, it runs the work in a traced
@@ -17,34 +16,38 @@ from __future__ import annotations
 import os
 import shlex
 import socket
+import sys
 
-__all__ = ["shell_exports"]
+__all__ = ["exports", "shell_exports"]
 
 
-def shell_exports() -> str:
-    """Shell lines for `roar-core env airflow`: export the tracer (LD_PRELOAD), a session
-    directory for this worker's lifetime, and the roar home, so every Airflow process
-    started afterwards from this shell -- the scheduler with LocalExecutor, or a Celery
-    worker -- and all the task processes it forks are traced.  Start the api-server and
-    dag-processor from another shell: they run no tasks."""
+def exports() -> dict[str, str | None]:
+    """The environment that traces every Airflow process started in it -- the scheduler
+    with LocalExecutor, or a Celery worker -- and all the task processes it forks: the
+    tracer (LD_PRELOAD), a session directory for this worker's lifetime, and the roar home
+    (None: a variable to unset).  `roar-core exec -- airflow scheduler` starts a process
+    with it; `roar-core env airflow` prints it as shell lines.  The api-server and the
+    dag-processor need nothing: they run no tasks.  Tracer unusable: {}, and a warning."""
     from roar_core import config
     from roar_core.pipeline import tracer
     from roar_core.recording.sessions import new_session_dir
 
-    q = shlex.quote
     st = tracer.status()
     if not st.usable:
-        msg = f"roar-core: the tracer cannot run here ({st.reason}); tasks will run untraced"
-        return f"echo {q(msg)} >&2\n"
+        print(f"roar-core: the tracer cannot run here ({st.reason}); tasks will run untraced",
+              file=sys.stderr)
+        return {}
     cfg = config.load()
     # The worker's session lives as long as the worker (its recorder removes the
     # logs of finished processes).
     session = new_session_dir(cfg, f"airflow-{socket.gethostname()}-{os.getpid()}",
                               in_memory=True)
-    env = tracer.preload_env(session)
-    return "".join([
-        f"export ROAR_HOME={q(str(cfg.home))}\n",
-        f"export {tracer.ENV_SESSION}={q(str(session))}\n",
-        f"export LD_PRELOAD={q(env['LD_PRELOAD'])}\n",
-        f"unset {tracer.ENV_TAG}\n",
-    ])
+    return {"ROAR_HOME": str(cfg.home), tracer.ENV_SESSION: str(session),
+            "LD_PRELOAD": tracer.preload_env(session)["LD_PRELOAD"], tracer.ENV_TAG: None}
+
+
+def shell_exports() -> str:
+    """`exports()` as lines for `eval "$(roar-core env airflow)"`: for a shell that only
+    starts Airflow; every later command of that shell is traced too."""
+    return "".join(f"export {k}={shlex.quote(v)}\n" if v is not None else f"unset {k}\n"
+                   for k, v in exports().items())

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from roar_ray._env import enable, shell_exports
+from roar_ray._env import enable, exports, shell_exports
 
 if TYPE_CHECKING:
     from roar_ray.driver import finish, flush, runtime_env_hook
     from roar_ray.plugin import RoarPlugin
 
-__all__ = ["RoarPlugin", "enable", "finish", "flush", "runtime_env_hook", "shell_exports"]
+__all__ = ["RoarPlugin", "enable", "exports", "finish", "flush", "runtime_env_hook",
+           "shell_exports"]
 
 _LAZY = {"RoarPlugin": "roar_ray.plugin", "runtime_env_hook": "roar_ray.driver",
          "finish": "roar_ray.driver", "flush": "roar_ray.driver"}

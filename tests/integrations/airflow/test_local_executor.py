@@ -1,7 +1,7 @@
 """A real deployment: LocalExecutor scheduler, api-server and dag-processor on 127.0.0.1, the
-scheduler started after the documented one-liner (tracer preloaded), so every task process it
-forks is traced in place.  A producer publishes its traced output through an AssetAlias; the
-consumer DAG, scheduled on that alias, must run after it and see the digest.
+scheduler started by `roar-core exec -- airflow scheduler` (tracer preloaded), so every task
+process it forks is traced in place.  A producer publishes its traced output through an
+AssetAlias; the consumer DAG, scheduled on that alias, must run after it and see the digest.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import pytest
 from tests.integrations.airflow.conftest import (
     BIN,
     AirflowHome,
-    preloaded,
     read_events,
     stop_recorder_services,
 )
@@ -96,9 +95,11 @@ def deployment(airflow_home: AirflowHome, tmp_path_factory) -> Iterator[Deployme
     )
     procs: dict[str, subprocess.Popen] = {}
 
-    def start(name: str, args: list[str], penv: dict[str, str]) -> None:
+    def start(name: str, args: list[str], penv: dict[str, str], via: tuple[str, ...] = ()
+              ) -> None:
         with open(work / f"{name}.log", "wb") as log:
-            procs[name] = subprocess.Popen([str(BIN / "airflow"), *args], env=penv, cwd=work,
+            procs[name] = subprocess.Popen([*via, str(BIN / "airflow"), *args], env=penv,
+                                           cwd=work,
                                            stdout=log, stderr=subprocess.STDOUT,
                                            start_new_session=True)
 
@@ -106,11 +107,12 @@ def deployment(airflow_home: AirflowHome, tmp_path_factory) -> Iterator[Deployme
         start("api-server", ["api-server"], env)
         start("dag-processor", ["dag-processor"], env)
         # Only the scheduler (which forks the LocalExecutor workers and their task processes)
-        # runs with the tracer: `eval "$(roar-core env airflow)"; airflow scheduler`.
-        # Started by a service manager, not from a shell (no SHLVL): the bash of a bash task
-        # then reads ~/.bashrc, its stdin being the task runner's socket.
-        start("scheduler", ["scheduler"],
-              {k: v for k, v in preloaded(env).items() if k != "SHLVL"})
+        # runs with the tracer: `roar-core exec -- airflow scheduler` (the engine told by
+        # the program's name).  Started by a service manager, not from a shell (no SHLVL):
+        # the bash of a bash task then reads ~/.bashrc, its stdin being the task runner's
+        # socket.
+        start("scheduler", ["scheduler"], {k: v for k, v in env.items() if k != "SHLVL"},
+              via=(str(BIN / "roar-core"), "exec", "--"))
 
         def api_up() -> bool:
             try:
