@@ -2,7 +2,9 @@
 
 Pure functions of a `LineageGraph`. The SVG is laid out here (a small layered layout: layers
 by longest path along the data flow, order within a layer by barycenter sweeps) so that no
-Graphviz binary is needed; the DOT text is for those who have one.
+Graphviz binary is needed; the DOT text is for those who have one.  Layers run left to
+right and wrap, like lines of text, into bands stacked downwards: a long chain fits a
+screen's width (a 6-step chain was 1,790 px in one row, its focus file cut off).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ _PAD_X = 14.0
 _LAYER_GAP = 70.0
 _ROW_GAP = 18.0
 _MARGIN = 20.0
+_MAX_WIDTH = 1180.0  # the picture within a 1,280 px window, with the page's margins
+_BAND_GAP = 56.0  # between bands; the edges from one band to the next run along it
 _SWEEPS = 4  # barycenter passes; more rarely changes the order of small graphs
 
 _RUN_STYLE = {"fill": "#e8f0fe", "stroke": "#3367d6"}
@@ -162,6 +166,8 @@ class Layout:
     layers: list[list[str]]
     width: float
     height: float
+    band: dict[str, int]  # node -> the band (row of layers) it is drawn in
+    band_bottom: list[float]  # y below each band's nodes
 
 
 def _layers(ids: list[str], edges: list[Edge]) -> list[list[str]]:
@@ -234,21 +240,51 @@ def layout(g: LineageGraph, labels: dict[str, tuple[str, str]] | None = None) ->
     edges = _sorted_edges(g)
     layers = _order(_layers(ids, edges), edges)
     widths = {n: max(len(t) for t in labels[n]) * _CHAR_W + 2 * _PAD_X for n in ids}
-    tallest = max((len(layer) for layer in layers), default=0)
-    full_h = tallest * _NODE_H + max(tallest - 1, 0) * _ROW_GAP
+    col_w = [max(widths[n] for n in layer) for layer in layers]
+    bands: list[list[int]] = []
+    used = 0.0
+    for i, w in enumerate(col_w):
+        if bands and used + _LAYER_GAP + w <= _MAX_WIDTH - 2 * _MARGIN:
+            bands[-1].append(i)
+            used += _LAYER_GAP + w
+        else:  # a new band; one layer wider than the limit still gets one of its own
+            bands.append([i])
+            used = w
     boxes: dict[str, Box] = {}
-    x = _MARGIN
-    for layer in layers:
-        col_w = max(widths[n] for n in layer)
-        h = len(layer) * _NODE_H + (len(layer) - 1) * _ROW_GAP
-        y = _MARGIN + (full_h - h) / 2  # centre short layers
-        for n in layer:
-            w = widths[n]
-            boxes[n] = Box(x + (col_w - w) / 2, y, w, _NODE_H)
-            y += _NODE_H + _ROW_GAP
-        x += col_w + _LAYER_GAP
-    width = (x - _LAYER_GAP + _MARGIN) if layers else 2 * _MARGIN
-    return Layout(boxes, layers, width, full_h + 2 * _MARGIN)
+    band_of: dict[str, int] = {}
+    bottoms: list[float] = []
+    width, top = 2 * _MARGIN, _MARGIN
+    for b, band in enumerate(bands):
+        tallest = max(len(layers[i]) for i in band)
+        band_h = tallest * _NODE_H + (tallest - 1) * _ROW_GAP
+        x = _MARGIN
+        for i in band:
+            h = len(layers[i]) * _NODE_H + (len(layers[i]) - 1) * _ROW_GAP
+            y = top + (band_h - h) / 2  # centre short layers
+            for n in layers[i]:
+                boxes[n] = Box(x + (col_w[i] - widths[n]) / 2, y, widths[n], _NODE_H)
+                band_of[n] = b
+                y += _NODE_H + _ROW_GAP
+            x += col_w[i] + _LAYER_GAP
+        width = max(width, x - _LAYER_GAP + _MARGIN)
+        bottoms.append(top + band_h)
+        top += band_h + _BAND_GAP
+    height = (top - _BAND_GAP + _MARGIN) if bands else 2 * _MARGIN
+    return Layout(boxes, layers, width, height, band_of, bottoms)
+
+
+def _edge_path(lay: Layout, source: str, target: str) -> str:
+    """Within a band, a curve from the right of one box to the left of the next; to a later
+    band, down to the gap below the source's band, along it, and down into the target."""
+    a, b = lay.boxes[source], lay.boxes[target]
+    if lay.band[target] <= lay.band[source]:
+        x1, y1, x2, y2 = a.x + a.w, a.cy, b.x, b.cy
+        mid = (x1 + x2) / 2
+        return f"M {x1:.1f} {y1:.1f} C {mid:.1f} {y1:.1f} {mid:.1f} {y2:.1f} {x2:.1f} {y2:.1f}"
+    x1, y1 = a.x + a.w / 2, a.y + a.h
+    x2, y2 = b.x + b.w / 2, b.y
+    gap = lay.band_bottom[lay.band[source]] + _BAND_GAP / 2
+    return f"M {x1:.1f} {y1:.1f} L {x1:.1f} {gap:.1f} L {x2:.1f} {gap:.1f} L {x2:.1f} {y2:.1f}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -274,13 +310,10 @@ def to_svg(g: LineageGraph) -> str:
         'fill="#666666"/></marker></defs>',
     ]
     for e in _sorted_edges(g):
-        a, b = lay.boxes[e.source], lay.boxes[e.target]
-        x1, y1, x2, y2 = a.x + a.w, a.cy, b.x, b.cy
-        mid = (x1 + x2) / 2
         dash = ' stroke-dasharray="5 4"' if e.kind == "inferred" else ""
         out.append(
-            f'<path class="edge {e.kind}" d="M {x1:.1f} {y1:.1f} C {mid:.1f} {y1:.1f} '
-            f'{mid:.1f} {y2:.1f} {x2:.1f} {y2:.1f}" fill="none" stroke="#666666" '
+            f'<path class="edge {e.kind}" d="{_edge_path(lay, e.source, e.target)}" '
+            'fill="none" stroke="#666666" stroke-linejoin="round" '
             f'stroke-width="1.2"{dash} marker-end="url(#arrow)">'
             + ("<title>inferred: equal content, the copy was not observed</title>"
                if dash else "") + "</path>"
@@ -300,8 +333,9 @@ def to_svg(g: LineageGraph) -> str:
                      f'rx="{box.w / 2:.1f}" ry="{box.h / 2:.1f}"')
             kind = "file"
         cx = box.x + box.w / 2
+        focus = " focus" if node_id == g.root else ""
         out.append(
-            f'<g class="node {kind}" id="{_attr(node_id)}"><title>{_attr(_tooltip(node))}'
+            f'<g class="node {kind}{focus}" id="{_attr(node_id)}"><title>{_attr(_tooltip(node))}'
             f'</title>{shape} fill="{st["fill"]}" stroke="{st["stroke"]}" '
             f'stroke-width="{stroke_w}"/>'
             f'<text x="{cx:.1f}" y="{box.cy - 3:.1f}" text-anchor="middle">{_attr(line1)}</text>'

@@ -7,6 +7,7 @@ module and queried by several tests; tests that need a store of their own make o
 
 from __future__ import annotations
 
+import html
 import io
 import json
 import os
@@ -254,8 +255,10 @@ def test_graph_in_three_formats(pipeline: Cli) -> None:
     os.umask(mask)
     assert out.stat().st_mode & 0o777 == 0o666 & ~mask  # as any file written here, not 0600
     assert root.tag == f"{SVG_NS}svg"
-    groups = [el.get("class") for el in root.iter(f"{SVG_NS}g")]
-    assert groups.count("node run") == n_runs and groups.count("node file") == n_files
+    groups = [el.get("class").split() for el in root.iter(f"{SVG_NS}g")]
+    assert sum("run" in c for c in groups) == n_runs
+    assert sum("file" in c for c in groups) == n_files
+    assert [c for c in groups if "focus" in c] == [["node", "file", "focus"]]  # report.txt
     assert len([p for p in root.iter(f"{SVG_NS}path") if "edge" in (p.get("class") or "")]) \
         == n_edges
 
@@ -796,3 +799,63 @@ def test_exec_starts_one_engine_process_with_roar_attached(tmp_path: Path) -> No
     assert "cannot tell which engine 'sh' is" in one_error_line(cli("exec", "--", "sh", "-c",
                                                                     "true"))
     assert cli("exec", "--engine", "ray", "--", "no-such-program-here").returncode == 127
+
+
+def _chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found:
+        return found
+    if os.environ.get("ROAR_TEST_REQUIRE_CHROMIUM") == "1":
+        pytest.fail("Chromium required (ROAR_TEST_REQUIRE_CHROMIUM=1) but not installed")
+    pytest.skip("no chromium here (Debian: apt install chromium)")
+
+
+MEASURE = """<script>
+const f = document.querySelector(".node.focus").getBoundingClientRect();
+document.body.dataset.m = JSON.stringify({page: document.documentElement.scrollWidth,
+  vw: innerWidth, vh: innerHeight, l: f.left, r: f.right, t: f.top, b: f.bottom});
+</script>"""
+
+
+def test_the_html_graph_of_a_six_step_chain_fits_a_1280_px_screen(tmp_path: Path) -> None:
+    """A chain was laid out in one row (1,790 px for 4 steps), cutting off the file the
+    page is about.  Rendered by a real browser: no horizontal scrolling at 1,280 px, and
+    the focus file within the first screen."""
+    chromium = _chromium()
+    cli = make_cli(tmp_path)
+    (cli.cwd / "step0.csv").write_text("".join(f"{i}\n" for i in range(50)))
+    for i in range(1, 7):
+        proc = cli("run", "--wait", "--job", f"transform-{i}", "--", "sh", "-c",
+                   f"sort -rn step{i - 1}.csv | head -n {50 - i} > step{i}.csv")
+        assert proc.returncode == 0, proc.stderr
+    cli.ok("graph", "step6.csv", "--format", "html", "-o", "lineage.html")
+    page = (cli.cwd / "lineage.html").read_text()
+    assert page.count('class="node run') == 6
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.replace("</body>", MEASURE + "</body>"))
+    dom = subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+         "--no-first-run", "--disable-background-networking", "--disable-component-update",
+         "--disable-sync", f"--user-data-dir={tmp_path / 'chromium'}",
+         "--window-size=1280,800", "--dump-dom", probe.as_uri()],
+        capture_output=True, text=True, timeout=120)
+    found = re.search(r'data-m="([^"]*)"', dom.stdout)
+    assert found, dom.stderr[-2000:]
+    m = json.loads(html.unescape(found.group(1)))
+    assert m["vw"] == 1280 and m["page"] <= 1280, m
+    assert 0 <= m["l"] < m["r"] <= 1280 and 0 <= m["t"] < m["b"] <= m["vh"], m
+
+
+def test_a_long_chain_wraps_into_bands_within_the_width() -> None:
+    t = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    g = LineageGraph("/w/f20", "upstream")
+    prev = g.add_artifact(ArtifactNode("/w/f0", "blake3:" + "0" * 64))
+    for i in range(1, 21):
+        r = g.add_run(RunNode(f"00000000-0000-7000-8000-{i:012d}", f"step-{i}", "COMPLETE", t))
+        f = g.add_artifact(ArtifactNode(f"/w/f{i}", "blake3:" + f"{i:x}" * 64))
+        g.edges |= {Edge(prev, r, "input"), Edge(r, f, "output")}
+        prev = f
+    g.root = prev
+    lay = graph_mod.layout(g)
+    assert lay.width <= 1180 and len(set(lay.band.values())) > 1
+    ET.fromstring(graph_mod.to_svg(g))
