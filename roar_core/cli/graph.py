@@ -168,6 +168,7 @@ class Layout:
     height: float
     band: dict[str, int]  # node -> the band (row of layers) it is drawn in
     band_bottom: list[float]  # y below each band's nodes
+    column: dict[str, tuple[float, float]]  # node -> left and right x of its layer
 
 
 def _layers(ids: list[str], edges: list[Edge]) -> list[list[str]]:
@@ -244,7 +245,8 @@ def layout(g: LineageGraph, labels: dict[str, tuple[str, str]] | None = None) ->
     bands: list[list[int]] = []
     used = 0.0
     for i, w in enumerate(col_w):
-        if bands and used + _LAYER_GAP + w <= _MAX_WIDTH - 2 * _MARGIN:
+        # Room on the right for the lane of the edges down to the next band.
+        if bands and used + _LAYER_GAP + w <= _MAX_WIDTH - 2 * _MARGIN - _LAYER_GAP / 2:
             bands[-1].append(i)
             used += _LAYER_GAP + w
         else:  # a new band; one layer wider than the limit still gets one of its own
@@ -252,6 +254,7 @@ def layout(g: LineageGraph, labels: dict[str, tuple[str, str]] | None = None) ->
             used = w
     boxes: dict[str, Box] = {}
     band_of: dict[str, int] = {}
+    column: dict[str, tuple[float, float]] = {}
     bottoms: list[float] = []
     width, top = 2 * _MARGIN, _MARGIN
     for b, band in enumerate(bands):
@@ -264,27 +267,31 @@ def layout(g: LineageGraph, labels: dict[str, tuple[str, str]] | None = None) ->
             for n in layers[i]:
                 boxes[n] = Box(x + (col_w[i] - widths[n]) / 2, y, widths[n], _NODE_H)
                 band_of[n] = b
+                column[n] = (x, x + col_w[i])
                 y += _NODE_H + _ROW_GAP
             x += col_w[i] + _LAYER_GAP
-        width = max(width, x - _LAYER_GAP + _MARGIN)
+        width = max(width, x - _LAYER_GAP / 2 + _MARGIN)
         bottoms.append(top + band_h)
         top += band_h + _BAND_GAP
     height = (top - _BAND_GAP + _MARGIN) if bands else 2 * _MARGIN
-    return Layout(boxes, layers, width, height, band_of, bottoms)
+    return Layout(boxes, layers, width, height, band_of, bottoms, column)
 
 
 def _edge_path(lay: Layout, source: str, target: str) -> str:
-    """Within a band, a curve from the right of one box to the left of the next; to a later
-    band, down to the gap below the source's band, along it, and down into the target."""
+    """Within a band, a curve from the right of one box to the left of the next.  To a
+    later band, only through empty space: right into the gap after the source's layer,
+    down to the gap below its band, along it to the left of the target's layer, down, and
+    into the target from the left (never across another box)."""
     a, b = lay.boxes[source], lay.boxes[target]
     if lay.band[target] <= lay.band[source]:
         x1, y1, x2, y2 = a.x + a.w, a.cy, b.x, b.cy
         mid = (x1 + x2) / 2
         return f"M {x1:.1f} {y1:.1f} C {mid:.1f} {y1:.1f} {mid:.1f} {y2:.1f} {x2:.1f} {y2:.1f}"
-    x1, y1 = a.x + a.w / 2, a.y + a.h
-    x2, y2 = b.x + b.w / 2, b.y
+    out_x = lay.column[source][1] + _LAYER_GAP / 2
+    in_x = lay.column[target][0] - _MARGIN / 2
     gap = lay.band_bottom[lay.band[source]] + _BAND_GAP / 2
-    return f"M {x1:.1f} {y1:.1f} L {x1:.1f} {gap:.1f} L {x2:.1f} {gap:.1f} L {x2:.1f} {y2:.1f}"
+    return (f"M {a.x + a.w:.1f} {a.cy:.1f} H {out_x:.1f} V {gap:.1f} H {in_x:.1f} "
+            f"V {b.cy:.1f} H {b.x:.1f}")
 
 
 # ---------------------------------------------------------------------------------------------
