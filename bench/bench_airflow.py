@@ -40,6 +40,9 @@ from pathlib import Path
 
 BIN = Path(sys.executable).parent
 LAYERS, WIDTH = 4, 5
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import results as bench_results  # noqa: E402
 
 STEP = """
 @{deco}
@@ -219,7 +222,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5, help="DAG runs per mode")
     ap.add_argument("--subprocess-runs", type=int, default=1,
                     help="DAG runs in subprocess mode (slow: a Python process per task)")
-    ap.add_argument("--json", type=Path, help="also write the raw numbers here")
+    ap.add_argument("--json", help="also write the raw numbers here (for bench/report)")
     ap.add_argument("--keep", action="store_true", help="keep the temp deployment")
     args = ap.parse_args()
 
@@ -307,9 +310,22 @@ def main() -> None:
         print(f"| {mode} | {len(runs)} | {wall:.1f} s | {1e3 * mean:.0f} ms | {delta} "
               f"| {roar_col} | {rep_col} |")
         rows.append({"mode": mode, "runs": runs})
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(rows, indent=1))
+    def ms(mode: str, key: str) -> list[float]:
+        scale = 1e3 if key == "task_s" else 1.0
+        return [scale * x for r in results_by.get(mode, []) for x in r[key]]
+
+    results_by = {row["mode"]: row["runs"] for row in rows}
+    labels = {"subprocess": "@task.roar, plain scheduler (traced subprocess)",
+              "boundary": "@task.roar, roar-core exec scheduler (boundary)",
+              "ambient": "@task, roar-core exec scheduler (ambient)"}
+    bench_results.write(args.json, "airflow", f"Airflow {airflow_version}", [
+        bench_results.scenario(f"Airflow LocalExecutor, {LAYERS * WIDTH}-task DAG: task duration",
+                         "ms", ("@task, plain scheduler", ms("untraced", "task_s")),
+                         [(labels[m], ms(m, "task_s")) for m in labels]),
+        bench_results.scenario("Airflow: roar's own time on the task path", "ms", None,
+                         [(labels[m], ms(m, "roar_ms")) for m in labels],
+                         "measured inside each task process"),
+    ])
 
 
 if __name__ == "__main__":

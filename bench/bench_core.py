@@ -36,6 +36,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import results  # noqa: E402
 from bench_tracer import (  # noqa: E402
     build_workload,
     clean_env,
@@ -164,6 +165,7 @@ def main() -> int:
     ap.add_argument("--no-hash", action="store_true", help="skip the 1 GiB hashing bench")
     ap.add_argument("--peer-max-files", type=int, default=1000)
     ap.add_argument("--peer-reps", type=int, default=1)
+    ap.add_argument("--json", help="also write the raw numbers here (for bench/report)")
     args = ap.parse_args()
     args.files = [int(x) for x in args.files.split(",")]
     base_env = clean_env()
@@ -226,6 +228,21 @@ def main() -> int:
             print(f"     per rep: median {1e6 * statistics.median(paired):.1f}, quartiles "
                   f"{1e6 * q[0]:.1f}-{1e6 * q[2]:.1f}, range {1e6 * paired[0]:.1f}-"
                   f"{1e6 * paired[-1]:.1f} µs/file ({len(paired)} reps)")
+
+        ms = lambda xs: [1e3 * x for x in xs]  # noqa: E731
+        results.write(args.json, "core", "roar-core run, one command", [
+            results.scenario("`roar-core run -- true`, wall time", "ms", ("true", ms(st["true"])),
+                             [("roar-core run", ms(st["roar-core run"])),
+                              ("roar run (roar-cli)", ms(st.get("roar run", [])))],
+                             "the command exits; a recorder stores the run after it"),
+            *[results.scenario(
+                f"{n:,} files written, traced, hashed, stored and spooled", "ms",
+                ("untraced", ms(fr["untraced"][n])),
+                [("roar-core run --wait", ms(fr["roar-core run --wait"][n])),
+                 ("roar run (roar-cli)", ms(fr.get("roar run", {}).get(n, [])))],
+                "fresh data directory and roar home per run")
+              for n in ns if n > 0],
+        ])
 
         if not args.no_hash:
             print("\n== 3. hashing a 1 GiB page-cached file ==")

@@ -40,8 +40,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
 
 import ray  # noqa: E402
+import results  # noqa: E402
 import roar_ray  # noqa: E402
 
 CPUS_PER_NODE = 2
@@ -283,6 +285,28 @@ def report(b: Bench, args) -> int:
     print("\n".join(lines))
     for note in b.notes:
         print("note:", note)
+    res = b.results
+    per_task = lambda key, count: [1e3 * w / count for w in res.get(key, [])]  # noqa: E731
+    drained = [w + d for w, d in zip(res["traced io10"], res.get("traced lineage drain", []),
+                                      strict=False)]
+    scenarios = [
+        results.scenario(f"Ray, {n:,} tasks writing 64 KiB each, 2 nodes", "ms/task",
+                         ("untraced", per_task("untraced io10", n)),
+                         [("runtime_env roar", per_task("traced io10", n)),
+                          ("runtime_env roar, lineage drained",
+                           [1e3 * w / n for w in drained])],
+                         "wall time until the results (and until the lineage is delivered)"),
+        results.scenario(f"Ray, {t:,} trivial tasks", "ms/task",
+                         ("untraced", per_task("untraced trivial", t)),
+                         [("runtime_env roar", per_task("traced trivial", t))]),
+    ]
+    if "subprocess n" in r:
+        scenarios.append(results.scenario(
+            "Ray tasks each running a command (64 KiB written)", "ms/task",
+            ("plain subprocess", per_task("subprocess io10", int(r["subprocess n"]))),
+            [(f"`{k}`", per_task(f"{k} io10", int(r[f"{k} n"])))
+             for k in ("roar-core run", "roar run") if f"{k} n" in r]))
+    results.write(args.json, "ray", f"Ray {ray.__version__}", scenarios)
     ratio = t10 / u10
     added = (t10 - u10) / n * 1000
     ok = ratio <= LIMIT_RATIO and added <= LIMIT_ADDED_MS
@@ -302,6 +326,7 @@ def main() -> int:
     ap.add_argument("--roar-cli-venv", default=os.environ.get("ROAR_CLI_VENV"))
     ap.add_argument("--no-peer", action="store_true")
     ap.add_argument("--tmp", default=None)
+    ap.add_argument("--json", help="also write the raw numbers here (for bench/report)")
     args = ap.parse_args()
 
     from ray.cluster_utils import Cluster
@@ -326,7 +351,7 @@ def main() -> int:
             b.wrapped("subprocess", args.wrapped)
             b.wrapped("roar-core run", args.wrapped)
         peer = None if args.no_peer or not args.roar_cli_venv else Path(args.roar_cli_venv)
-        if peer and (peer / "bin" / "roar").exists():
+        if peer and (peer / "bin" / "roar").exists() and (args.roar_cli_tasks or args.wrapped):
             b.wrapped("roar run", args.roar_cli_tasks or args.wrapped, peer)
         elif not args.no_peer:
             b.notes.append("roar-cli not compared (no --roar-cli-venv / ROAR_CLI_VENV)")

@@ -36,6 +36,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+sys.path.insert(0, str(REPO / "bench"))
+
+import results  # noqa: E402
 
 SNAKEFILE = """\
 N = {jobs}
@@ -163,6 +166,7 @@ def main() -> None:
     p.add_argument("--cpu", type=int, default=0, metavar="N",
                    help="then CPU per 3-job invocation, N of each (0: skip)")
     p.add_argument("--cpu-only", action="store_true", help="only the --cpu part")
+    p.add_argument("--json", help="also write the raw numbers here (for bench/report)")
     args = p.parse_args()
     modes = ["local", "roar"] + ([] if args.no_wrapped else ["wrapped"])
     root = Path(tempfile.mkdtemp(prefix="roar-bench-smk-"))
@@ -207,6 +211,11 @@ def main() -> None:
         runs = " ".join(f"{t:.2f}" for t in times[m])
         print(f"| {label[m]:31s} | {med:7.2f} | {1000 * med / args.jobs:10.1f} | "
               f"{med / base:6.3f} | {statistics.median(recorded[m]):10.2f} | {runs}")
+    results.write(args.json, "snakemake", "Snakemake", [results.scenario(
+        f"Snakemake, {args.jobs} small shell jobs, -j {args.cores}", "s",
+        (label["local"], times["local"]),
+        [(label[m], times[m]) for m in modes if m != "local"],
+        "wall time of the whole invocation; --executor roar records before it exits")])
     ratio = statistics.median(times["roar"]) / base
     verdict = "PASS" if ratio <= 1.10 else "FAIL"
     print(f"\nroar/local = {ratio:.3f} (acceptance: <= 1.10) -> {verdict}")
