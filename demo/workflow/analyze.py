@@ -40,8 +40,9 @@ def report(summaries: list[str], out: str) -> str:
 def main() -> None:
     files, out = sys.argv[1:-1], sys.argv[-1]
     os.makedirs("summary", exist_ok=True)
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"roar": {}},
-             log_to_driver=False)
+    # A cluster of its own ("local"), not one this machine may already run.
+    ray.init(address="local", num_cpus=2, include_dashboard=False,
+             runtime_env={"roar": {}}, log_to_driver=False)
     summaries = ray.get([summarise.remote(p) for p in files])
     print(ray.get(report.remote(summaries, out)))
     ray.shutdown()
