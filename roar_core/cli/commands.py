@@ -93,9 +93,9 @@ def run(job_name: str | None, wait: bool, command: tuple[str, ...]) -> None:
     if cfg.disabled:
         rc = runner.run_untraced(argv)
     elif wait:
-        from roar_core.cli import views as cli_views
+        from roar_core.cli.wait import run_and_record
 
-        rc = cli_views.run_and_record(cfg, argv, job_name)
+        rc = run_and_record(cfg, argv, job_name)
     else:
         rc = runner.run_detached(cfg, argv, job_name)
     sys.stdout.flush()

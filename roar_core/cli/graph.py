@@ -13,9 +13,9 @@ import html
 from collections import defaultdict
 from dataclasses import dataclass
 
+from roar_core.cli.wait import SHORT_DIGEST, short_digest  # noqa: F401 (SHORT_DIGEST: for users of this module)
 from roar_core.lineage import ArtifactNode, Edge, LineageGraph, RunNode
 
-SHORT_DIGEST = 12  # hex digits shown; the full digest is in tooltips and tables
 _LABEL_MAX = 36  # characters per label line before it is shortened with an ellipsis
 # Geometry of the SVG, in px. Text width is estimated (no font metrics without a renderer):
 # 7 px per character suits 12 px sans-serif text, with some slack.
@@ -32,13 +32,6 @@ _SWEEPS = 4  # barycenter passes; more rarely changes the order of small graphs
 _RUN_STYLE = {"fill": "#e8f0fe", "stroke": "#3367d6"}
 _FAILED_RUN_STYLE = {"fill": "#fde8e8", "stroke": "#c5221f"}
 _FILE_STYLE = {"fill": "#f1f8e9", "stroke": "#558b2f"}
-
-
-def short_digest(digest: str | None) -> str:
-    if not digest:
-        return "(no digest)"
-    algo, _, hexdigest = digest.rpartition(":")
-    return f"{algo or 'blake3'}:{hexdigest[:SHORT_DIGEST]}"
 
 
 def merge(graphs: list[LineageGraph]) -> LineageGraph:

@@ -17,7 +17,9 @@ import os
 import signal
 import socket
 import sys
+import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -208,10 +210,13 @@ class Ran:
 
 
 def run(cfg: Config, argv: list[str], job_name: str | None = None, *,
-        roar: Any = None) -> Ran:
-    """Run argv traced and log its begin and end.  `roar`: the run is recorded in this
-    process next (`run_command`): its logs are read while it runs, its files hashed with
-    roar's hasher (progress shown), and its end asks for the recorder's answer."""
+        roar: Any = None, wait: bool = False,
+        progress: Callable[[int, int], None] | None = None) -> Ran:
+    """Run argv traced and log its begin and end.  `wait`: someone waits for the run to be
+    recorded (`answer`): its logs are read while it runs, and its end asks for the
+    recorder's answer; `roar`: that someone may record it in this process, its files are
+    hashed with roar's hasher; `progress`: of the hashing, without one."""
+    wait = wait or roar is not None
     usable, reason = tracer_usable(cfg)
     try:
         begun = begin(cfg, argv, job_name or default_job_name(argv), usable, reason)
@@ -222,7 +227,7 @@ def run(cfg: Config, argv: list[str], job_name: str | None = None, *,
     collector = SessionCollector(begun.own) if usable else None
     try:
         rc = run_traced(argv, begun.own if usable else None, begun.run_id,
-                        tail=collector if roar is not None else None)
+                        tail=collector if wait else None)
     except OSError as e:  # e.g. command not found: answer like a shell (127/126)
         rc = 127 if isinstance(e, FileNotFoundError) else 126
         print(f"roar-core: {argv[0]}: {e.strerror}", file=sys.stderr)
@@ -231,7 +236,8 @@ def run(cfg: Config, argv: list[str], job_name: str | None = None, *,
         try:
             whole = collector.read_whole()
             taken = capture_now(cfg, whole.events.records, roar,
-                                stat_cache=begun.directory == cfg.sessions_dir)
+                                stat_cache=begun.directory == cfg.sessions_dir,
+                                progress=progress)
             read = Given(whole, taken)
             if taken is not None:
                 from roar_core.pipeline.capture import to_dict
@@ -242,7 +248,7 @@ def run(cfg: Config, argv: list[str], job_name: str | None = None, *,
                   f"{type(e).__name__}: {e}", file=sys.stderr)
     status, error = _outcome(rc)
     fd = begun.log.ended(begun.run_id, status, error=error, exit_code=rc, captured=captured,
-                         wait=roar is not None)
+                         wait=wait)
     if not begun.log.ok:  # recorded as a run whose runner died: ABORT, with its trace
         print(f"roar-core: warning: cannot write the run's end in {begun.log.path}",
               file=sys.stderr)
@@ -255,8 +261,8 @@ def _outcome(rc: int) -> tuple[str, str | None]:
     return "FAIL", how_it_ended(rc).replace("exit ", "exit code ", 1)
 
 
-def capture_now(cfg: Config, records: list, roar: Any = None, stat_cache: bool = True
-                ) -> Capture | None:
+def capture_now(cfg: Config, records: list, roar: Any = None, stat_cache: bool = True,
+                progress: Callable[[int, int], None] | None = None) -> Capture | None:
     """The run's file versions, taken now that its command has ended and before `roar-core
     run` returns to the shell: the next command may rewrite or delete them at once, and
     the recorder, running later, must record what this one left (roar_core.pipeline.capture).
@@ -274,7 +280,7 @@ def capture_now(cfg: Config, records: list, roar: Any = None, stat_cache: bool =
     from roar_core.pipeline.classification import PathFilter
 
     with capture.hasher_for(cfg, stat_cache=stat_cache) as hasher:
-        return capture.capture(records, PathFilter.for_config(cfg), hasher)
+        return capture.capture(records, PathFilter.for_config(cfg), hasher, progress=progress)
 
 
 def adopt_old_runs(cfg: Config) -> int:
@@ -421,32 +427,60 @@ def main_fast(job_name: str | None, argv: list[str]) -> None:
 
 
 def run_command(roar, argv: list[str], job_name: str | None = None) -> RunResult:
-    """Run and record (the API, `run --wait`): in this process, or by the directory's
-    recorder when one is running."""
+    """Run and record (the API): in this process, or by the directory's recorder when one
+    is running."""
+    ran = run(roar.config, argv, job_name, roar=roar)
+    if ran.begun is None:
+        return RunResult(ran.returncode, None, "no session could be written (see above)")
+    answer(ran, lambda: roar)
+    return result_of(ran)
+
+
+# A recorder just started (forked) takes its directory's lock within milliseconds; one
+# started from a fresh interpreter, within a second.  Until then the run is not recorded
+# here, which would import what the recorder already has.
+RECORDER_START_S = 3.0
+
+
+def answer(ran: Ran, get_roar: Callable[[], Any], recorder_start_s: float = 0.0) -> Any:
+    """Wait until the run is recorded: by the directory's recorder while one holds the
+    directory (or may still take it, `recorder_start_s`), else here, with `get_roar()`.
+    Returns the Roar this used, or None."""
     from roar_core.recording import recorder
 
-    ran = run(roar.config, argv, job_name, roar=roar)
     begun = ran.begun
-    if begun is None:
-        return RunResult(ran.returncode, None, "no session could be written (see above)")
+    assert begun is not None
     log, run_id = begun.log, begun.run_id
     given = {run_id: ran.read} if ran.read is not None else None
+    roar = None
+    until = time.monotonic() + recorder_start_s
     try:
         while log.results.get(run_id) is None:
+            if time.monotonic() < until or recorder.running(begun.directory):
+                log.wait_for(run_id, ran.wait_fd, 0.05, keep=True)
+                continue
+            roar = roar or get_roar()
             if recorder.drain(roar, begun.directory, given=given) is not None:
                 log.read_results()
                 break
-            log.wait_for(run_id, ran.wait_fd, 0.25, keep=True)  # a recorder is at it
     finally:
         log.done_waiting(run_id, ran.wait_fd)
-    answer = log.results.get(run_id)
-    if answer is not None and answer.get("ok") and all(log.results.values()):
+    return roar
+
+
+def result_of(ran: Ran) -> RunResult:
+    """What the recorder answered of an `answer`ed run."""
+    begun = ran.begun
+    assert begun is not None
+    log, run_id = begun.log, begun.run_id
+    said = log.results.get(run_id)
+    if said is not None and said.get("ok") and all(log.results.values()):
         log.remove()  # every run it holds is recorded
         _drop_log(begun.directory)
-    if not answer or not answer.get("ok"):
-        why = (answer or {}).get("error") or "the recorder could not record this run"
+    if not said or not said.get("ok"):
+        why = (said or {}).get("error") or "the recorder could not record this run"
         return RunResult(ran.returncode, None, f"{why} (kept, to retry)", run_id)
-    return RunResult(ran.returncode, tasklog.Result(answer), None, run_id)
+    return RunResult(ran.returncode, tasklog.Result(said), None, run_id)
 
 
 def exit_like(returncode: int, *, finalize: bool = True) -> None:

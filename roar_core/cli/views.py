@@ -7,7 +7,6 @@ commands that need it.
 
 from __future__ import annotations
 
-import gc
 import os
 import shlex
 import sys
@@ -21,14 +20,19 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
 from roar_core import config as config_mod
 from roar_core.cli import graph as graph_mod
 from roar_core.cli.commands import CLOSE_TIMEOUT_S, EXIT_USAGE, CliError
-from roar_core.cli.run import RunResult, how_it_ended
+from roar_core.cli.wait import (  # noqa: F401 - also for the commands
+    HashProgress,
+    display_path,
+    run_and_record,
+    stderr_console,
+    summary_lines,
+)
 from roar_core.lineage import LineageGraph, RunNode, digest_prefix, is_digest
 from roar_core.pipeline.classification import display_name
 from roar_core.pipeline.store import (
@@ -40,10 +44,8 @@ from roar_core.pipeline.store import (
     connect_read_only,
 )
 
-PROGRESS_DELAY_S = 1.0  # hashing shorter than this shows no progress bar
 # A backlog this small is sent before `run --wait` exits (a few ms of the client's time).
 INLINE_DELIVERY_BYTES = 256 * 1024
-LIST_MAX = 5  # files per role listed in the summary after `run`
 ROLE_VERBS = {
     "output": "written by",
     "input": "read by",
@@ -53,11 +55,6 @@ ROLE_VERBS = {
 
 # ---------------------------------------------------------------------------------------------
 # Small helpers
-
-
-def stderr_console() -> Console:
-    # soft_wrap: a long line stays one line in a log, whatever the terminal's width.
-    return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def print_table(table: Table) -> None:
@@ -72,12 +69,6 @@ def print_table(table: Table) -> None:
 def shown(arg: str) -> str:
     """A command-line argument fit to print: undecodable bytes as \\xNN, like recorded names."""
     return display_name(os.fsencode(arg))
-
-
-def display_path(uri: str, cwd: Path | None = None) -> str:
-    """A recorded path as a person would type it here: relative when under the cwd."""
-    base = str(cwd or Path.cwd()).rstrip("/") + "/"
-    return uri[len(base) :] if uri.startswith(base) else uri
 
 
 def lineage_key(arg: str, store: Any = None) -> str:
@@ -258,114 +249,6 @@ def read_store(cfg: config_mod.Config) -> Iterator[Store]:
 
 # ---------------------------------------------------------------------------------------------
 # run
-
-
-class HashProgress:
-    """`progress(done, total)` for `Roar`: a bar on stderr once hashing has gone on for
-    `delay` seconds, counted from its first report (the recorder reports per batch of files;
-    none at all for quick runs, and none when stderr is not a terminal, where a bar would
-    only litter logs). May be called from any thread; `close` when the run is recorded."""
-
-    def __init__(self, console: Console, delay: float = PROGRESS_DELAY_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.console, self.delay, self.clock = console, delay, clock
-        self._t0: float | None = None
-        self._bar: Progress | None = None
-        self._task: Any = None
-
-    def __call__(self, done: int, total: int) -> None:
-        now = self.clock()
-        if self._t0 is None:
-            self._t0 = now
-        if self._bar is None:
-            if now - self._t0 < self.delay or done >= total or not self.console.is_terminal:
-                return
-            self._bar = Progress(
-                TextColumn("roar-core: hashing"), BarColumn(), MofNCompleteColumn(),
-                TimeElapsedColumn(), console=self.console, transient=True,
-            )
-            self._task = self._bar.add_task("hashing", total=total)
-            self._bar.start()
-        self._bar.update(self._task, completed=done, total=total)
-
-    @property
-    def shown(self) -> bool:
-        return self._bar is not None
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.stop()
-
-
-def _listing(label: str, items: list[tuple[str, str | None]], cwd: Path) -> list[Text]:
-    lines = [Text(f"  {label} ({len(items)})" + (":" if items else ""))]
-    for name, digest in items[:LIST_MAX]:
-        line = Text(f"    {display_path(name, cwd)}  ")
-        line.append(graph_mod.short_digest(digest), style="dim")
-        lines.append(line)
-    if len(items) > LIST_MAX:
-        lines.append(Text(f"    ... and {len(items) - LIST_MAX} more"))
-    return lines
-
-
-def summary_lines(result: RunResult, job: str, cwd: Path | None = None) -> list[Text]:
-    """What `run` says on stderr after the command: job, run id, status, files, problems."""
-    cwd = cwd or Path.cwd()
-    how = how_it_ended(result.returncode)
-    rec = result.recorded
-    if rec is None:
-        return [
-            Text(f"roar-core: {job}: {how}"),
-            Text(f"roar-core: lineage NOT recorded: {result.error}", style="bold red"),
-        ]
-    data = rec.data
-    head = Text("roar-core: ", style="bold")
-    head.append(f"job {data['job_name']}, run {data['run_id']}, {rec.status} ({how})")
-    lines = [head]
-    if not data.get("traced", True):
-        lines.append(Text(f"roar-core: UNTRACED: {data.get('untraced_reason')} -- files it "
-                          "read or wrote are missing below", style="bold red"))
-    outs = [d for d in rec.outputs if d.lifecycle != "DROP"]
-    lines += _listing("inputs", [(d.name, d.digest) for d in rec.inputs], cwd)
-    lines += _listing("outputs", [(d.name, d.digest) for d in outs], cwd)
-    deleted = [(d.name, None) for d in rec.outputs if d.lifecycle == "DROP"]
-    if deleted:
-        lines += _listing("deleted", deleted, cwd)
-    if data.get("dropped"):
-        lines.append(Text(f"roar-core: warning: {data['dropped']} trace event(s) were lost "
-                          "(unreadable or torn trace logs): the file lists may be incomplete",
-                          style="yellow"))
-    return lines
-
-
-def run_and_record(cfg: config_mod.Config, argv: list[str], job_name: str | None) -> int:
-    """`run --wait`: run, record here, summarise on stderr; returns the command's status."""
-    from roar_core.cli.run import default_job_name, run_command
-
-    # A one-shot process: cyclic GC would only walk the recorded task's objects (thousands
-    # per thousand files) again and again before exit frees them all anyway.
-    gc.disable()
-    err = stderr_console()
-    progress = HashProgress(err)
-    # No sender thread: delivery is decided below, once the lineage is stored and spooled.
-    try:
-        roar = open_roar(cfg, progress, send=False)
-    except CliError as e:  # the command runs all the same; its session waits for a store
-        err.print(f"roar-core: warning: cannot record now ({e}): the command runs and its "
-                  "run is recorded once that is fixed (`roar-core doctor`)", style="yellow",
-                  highlight=False, soft_wrap=True)
-        from roar_core.cli.run import run_detached
-
-        return run_detached(cfg, argv, job_name)
-    try:
-        result = run_command(roar, argv, job_name)
-        progress.close()
-        for line in summary_lines(result, job_name or default_job_name(argv)):
-            err.print(line)
-    finally:
-        progress.close()
-        deliver_or_hand_off(roar, err)
-    return result.returncode
 
 
 def deliver_or_hand_off(roar: Any, err: Console) -> None:

@@ -591,14 +591,17 @@ def test_in_an_outage_background_recorders_do_not_linger(tmp_path: Path) -> None
     assert cli.ok("flush") == "sent 6, pending 0\n"  # the embedded file transport
 
 
-def test_run_wait_hands_a_large_backlog_to_a_background_sender(tmp_path: Path) -> None:
-    # ~700 bytes of event per output: 1,000 outputs make a backlog `--wait` does not send
-    # itself. The lineage is stored and spooled before it exits; the events arrive after.
+def test_run_wait_returns_once_recorded_and_the_recorder_delivers(tmp_path: Path) -> None:
+    # ~700 bytes of event per output: 1,000 outputs make a backlog nobody should wait for.
+    # `--wait` returns once the home's recorder has stored the run (its summary comes from
+    # the store's answer); the recorder delivers the events after.
     cli = make_cli(tmp_path)
     script = "mkdir out; for i in $(seq 1000); do echo $i > out/f$i; done"
     proc = cli("run", "--wait", "--job", "many", "--", "bash", "-c", script)
     assert proc.returncode == 0, proc.stderr.decode()
-    assert "in the background" in proc.stderr.decode()
+    assert "outputs (1000):" in proc.stderr.decode()
+    run_id = proc.stderr.decode().split(", run ", 1)[1].split(",", 1)[0]
+    assert "many" in cli.ok("show", run_id)  # stored before `--wait` returned
     proc = cli("flush", "--timeout", "60")
     assert proc.returncode == 0 and proc.stdout.endswith(b"pending 0\n"), proc.stdout
     events = Path(cli.env["ROAR_HOME"]) / "openlineage" / "events.jsonl"

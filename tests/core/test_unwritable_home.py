@@ -12,12 +12,13 @@ import os
 import shutil
 import sqlite3
 import subprocess
+import time
 from pathlib import Path
 
 import blake3
 import pytest
 
-from tests.core.test_cli import ROAR, make_cli
+from tests.core.test_cli import ROAR, _recorders_of, make_cli
 
 SCENARIO = r"""
 set -u
@@ -28,6 +29,13 @@ step() {  # name, then the roar-core arguments: its status, stdout and stderr ke
     "$roar" "$@" >"$out/$name.out" 2>"$out/$name.err"; echo $? >"$out/$name.rc"
 }
 step setup run --wait --job setup -- sh -c 'echo setup > setup.txt'
+recorder_gone() {  # the home's recorder (it idles out): nothing else writes there meanwhile
+    for _ in $(seq 200); do
+        grep -qas -- "$home/sessions" /proc/[0-9]*/cmdline || return 0
+        sleep 0.05
+    done
+}
+recorder_gone
 dd if=/dev/zero of="$home/filler" bs=64k 2>/dev/null
 step full run --job full -- sh -c 'echo full > full.txt'
 step fullwait run --wait --job fullwait -- sh -c 'echo fullwait > fullwait.txt'
@@ -176,6 +184,9 @@ def test_reading_commands_read_a_read_only_store_and_write_nothing(tmp_path: Pat
     for step in (["cp", "a.txt", "b.txt"], ["sh", "-c", "tr a b < b.txt > c.txt"]):
         proc = cli("run", "--wait", "--", *step)
         assert proc.returncode == 0, proc.stderr
+    deadline = time.monotonic() + 30
+    while _recorders_of(home) and time.monotonic() < deadline:  # it idles out
+        time.sleep(0.05)
     before = {p.relative_to(home): p.stat().st_mtime_ns for p in home.rglob("*")}
     out = tmp_path / "out"
     out.mkdir()

@@ -1,0 +1,171 @@
+"""`roar-core run --wait`: the run, then the recorder's answer, summarised on stderr.
+
+Apart from `views` (the reading commands: store, lineage graphs, SQLAlchemy), because a
+waited run normally needs none of that: the directory's recorder records it.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
+
+from roar_core import config as config_mod
+from roar_core.cli.run import RunResult, how_it_ended
+
+PROGRESS_DELAY_S = 1.0  # hashing shorter than this shows no progress bar
+LIST_MAX = 5  # files per role listed in the summary after `run`
+SHORT_DIGEST = 12  # hex digits shown; the full digest is in tooltips and tables
+
+
+def stderr_console() -> Console:
+    # soft_wrap: a long line stays one line in a log, whatever the terminal's width.
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def display_path(uri: str, cwd: Path | None = None) -> str:
+    """A recorded path as a person would type it here: relative when under the cwd."""
+    base = str(cwd or Path.cwd()).rstrip("/") + "/"
+    return uri[len(base) :] if uri.startswith(base) else uri
+
+
+def short_digest(digest: str | None) -> str:
+    if not digest:
+        return "(no digest)"
+    algo, _, hexdigest = digest.rpartition(":")
+    return f"{algo or 'blake3'}:{hexdigest[:SHORT_DIGEST]}"
+
+
+class HashProgress:
+    """`progress(done, total)` for `Roar`: a bar on stderr once hashing has gone on for
+    `delay` seconds, counted from its first report (the recorder reports per batch of files;
+    none at all for quick runs, and none when stderr is not a terminal, where a bar would
+    only litter logs). May be called from any thread; `close` when the run is recorded."""
+
+    def __init__(self, console: Console, delay: float = PROGRESS_DELAY_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.console, self.delay, self.clock = console, delay, clock
+        self._t0: float | None = None
+        self._bar: Progress | None = None
+        self._task: Any = None
+
+    def __call__(self, done: int, total: int) -> None:
+        now = self.clock()
+        if self._t0 is None:
+            self._t0 = now
+        if self._bar is None:
+            if now - self._t0 < self.delay or done >= total or not self.console.is_terminal:
+                return
+            self._bar = Progress(
+                TextColumn("roar-core: hashing"), BarColumn(), MofNCompleteColumn(),
+                TimeElapsedColumn(), console=self.console, transient=True,
+            )
+            self._task = self._bar.add_task("hashing", total=total)
+            self._bar.start()
+        self._bar.update(self._task, completed=done, total=total)
+
+    @property
+    def shown(self) -> bool:
+        return self._bar is not None
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+def _listing(label: str, items: list[tuple[str, str | None]], cwd: Path) -> list[Text]:
+    lines = [Text(f"  {label} ({len(items)})" + (":" if items else ""))]
+    for name, digest in items[:LIST_MAX]:
+        line = Text(f"    {display_path(name, cwd)}  ")
+        line.append(short_digest(digest), style="dim")
+        lines.append(line)
+    if len(items) > LIST_MAX:
+        lines.append(Text(f"    ... and {len(items) - LIST_MAX} more"))
+    return lines
+
+
+def summary_lines(result: RunResult, job: str, cwd: Path | None = None) -> list[Text]:
+    """What `run` says on stderr after the command: job, run id, status, files, problems."""
+    cwd = cwd or Path.cwd()
+    how = how_it_ended(result.returncode)
+    rec = result.recorded
+    if rec is None:
+        return [
+            Text(f"roar-core: {job}: {how}"),
+            Text(f"roar-core: lineage NOT recorded: {result.error}", style="bold red"),
+        ]
+    data = rec.data
+    head = Text("roar-core: ", style="bold")
+    head.append(f"job {data['job_name']}, run {data['run_id']}, {rec.status} ({how})")
+    lines = [head]
+    if not data.get("traced", True):
+        lines.append(Text(f"roar-core: UNTRACED: {data.get('untraced_reason')} -- files it "
+                          "read or wrote are missing below", style="bold red"))
+    outs = [d for d in rec.outputs if d.lifecycle != "DROP"]
+    lines += _listing("inputs", [(d.name, d.digest) for d in rec.inputs], cwd)
+    lines += _listing("outputs", [(d.name, d.digest) for d in outs], cwd)
+    deleted = [(d.name, None) for d in rec.outputs if d.lifecycle == "DROP"]
+    if deleted:
+        lines += _listing("deleted", deleted, cwd)
+    if data.get("dropped"):
+        lines.append(Text(f"roar-core: warning: {data['dropped']} trace event(s) were lost "
+                          "(unreadable or torn trace logs): the file lists may be incomplete",
+                          style="yellow"))
+    return lines
+
+
+def run_and_record(cfg: config_mod.Config, argv: list[str], job_name: str | None) -> int:
+    """`run --wait`: run, wait until the run is recorded, summarise on stderr; returns the
+    command's status.  The directory's recorder records it (started if none runs: forked
+    by the warm fork server, it has the store and the OpenLineage client imported, which
+    here would cost ~0.7 s); only where no recorder runs is it recorded in this process."""
+    from roar_core.cli.commands import CliError
+    from roar_core.cli.run import (
+        RECORDER_START_S,
+        RunResult,
+        answer,
+        default_job_name,
+        hand_off,
+        result_of,
+        run,
+    )
+
+    def recorded_here() -> Any:  # only where no recorder runs: the heavy imports
+        from roar_core.cli.views import open_roar
+
+        return open_roar(cfg, progress, send=False)
+
+    # A one-shot process: cyclic GC would only walk the recorded task's objects (thousands
+    # per thousand files) again and again before exit frees them all anyway.
+    gc.disable()
+    err = stderr_console()
+    progress = HashProgress(err)
+    ran = run(cfg, argv, job_name, wait=True, progress=progress)
+    progress.close()
+    if ran.begun is None:
+        result = RunResult(ran.returncode, None, "no session could be written (see above)")
+    else:
+        hand_off(cfg, ran.begun.directory)
+        roar = None  # recorded here: no sender thread, delivery is decided below
+        try:
+            roar = answer(ran, recorded_here, RECORDER_START_S)
+            result = result_of(ran)
+        except CliError as e:  # no recorder, and no store here: the run waits for one
+            result = RunResult(ran.returncode, None, f"cannot record now ({e}); the run is "
+                               "recorded once that is fixed (`roar-core doctor`)",
+                               ran.begun.run_id)
+        finally:
+            progress.close()
+            if roar is not None:
+                from roar_core.cli.views import deliver_or_hand_off
+
+                deliver_or_hand_off(roar, err)
+    for line in summary_lines(result, job_name or default_job_name(argv)):
+        err.print(line)
+    return result.returncode
