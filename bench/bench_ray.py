@@ -121,6 +121,7 @@ class Bench:
     def __init__(self, args, root: Path, address: str):
         self.args, self.root, self.address = args, root, address
         self.results: dict[str, list[float]] = {}
+        self.failed: set[str] = set()  # variants whose commands failed: no figure
         self.notes: list[str] = []
         self.count = 0
 
@@ -216,6 +217,7 @@ class Bench:
             wall = time.perf_counter() - t0
             if any(rcs):
                 self.notes.append(f"WARNING: {kind}: {sum(1 for r in rcs if r)} commands failed")
+                self.failed.add(kind)
             self.add(f"{kind} io10", wall)
             self.results.setdefault(f"{kind} n", []).append(n)
             if kind == "roar-core run":
@@ -305,7 +307,7 @@ def report(b: Bench, args) -> int:
             "Ray tasks each running a command (64 KiB written)", "ms/task",
             ("plain subprocess", per_task("subprocess io10", int(r["subprocess n"]))),
             [(f"`{k}`", per_task(f"{k} io10", int(r[f"{k} n"])))
-             for k in ("roar-core run", "roar run") if f"{k} n" in r]))
+             for k in ("roar-core run", "roar run") if f"{k} n" in r and k not in b.failed]))
     results.write(args.json, "ray", f"Ray {ray.__version__}", scenarios)
     ratio = t10 / u10
     added = (t10 - u10) / n * 1000
