@@ -3,7 +3,7 @@ report: for every scenario the samples of the baseline and of each variant (roar
 roar-cli when a venv of it is given), their medians, and what roar adds with its spread.
 
     bench/report [--quick] [--only core,snakemake,ray,airflow] [--roar-cli-venv V]
-                 [--results DIR] [-o bench/results/report.html]
+                 [--tmp TMPFS] [--results DIR] [-o bench/results/report.html]
     bench/report --from DIR [-o OUT]         # chart results already there, run nothing
 
 Each benchmark writes its raw numbers (bench/results.py) into DIR (default
@@ -38,7 +38,7 @@ SUITE: dict[str, tuple[str, list[str], list[str]]] = {
                                                       "1"]),
 }
 PEER_AWARE = {"core", "ray"}
-TMPFS_AWARE = {"core", "ray"}
+TMP_AWARE = {"core", "ray"}
 
 
 def run_suite(args: argparse.Namespace, out: Path) -> list[Path]:
@@ -48,10 +48,8 @@ def run_suite(args: argparse.Namespace, out: Path) -> list[Path]:
         dest = out / f"{name}.json"
         cmd = [sys.executable, str(HERE / script), *(quick if args.quick else full),
                "--json", str(dest)]
-        if name in TMPFS_AWARE and os.path.isdir("/dev/shm"):
-            # Data in memory: a disk's writeback (the journal's commit after each fsync of
-            # the store flushes every file a run just wrote) would decide the figures.
-            cmd += ["--tmp", "/dev/shm"]
+        if name in TMP_AWARE and args.tmp:
+            cmd += ["--tmp", args.tmp]
         if args.roar_cli_venv and name in PEER_AWARE:
             cmd += ["--roar-cli-venv", args.roar_cli_venv]
         print(f"report: {' '.join(cmd)}", file=sys.stderr, flush=True)
@@ -226,6 +224,12 @@ def main() -> int:
     ap.add_argument("--only", default=",".join(SUITE), help="which benchmarks to run")
     ap.add_argument("--quick", action="store_true", help="fewer reps: ~10 minutes")
     ap.add_argument("--roar-cli-venv", default=os.environ.get("ROAR_CLI_VENV"))
+    # On a disk, the store's fsync flushes (the journal's commit) every file a run just
+    # wrote, and the untraced run after it pays for that: a tmpfs of its own keeps the
+    # figures about roar.  Not /dev/shm, nor anything under /dev, /run, /sys: those are
+    # never lineage, so the traced runs would record nothing.
+    ap.add_argument("--tmp", help="where the core and Ray benchmarks keep their data "
+                                   "(a tmpfs mount, e.g. mount -t tmpfs tmpfs /tmp/b)")
     ap.add_argument("-o", "--output", default=None, help="the HTML file (default: "
                                                           "report.html beside the results)")
     args = ap.parse_args()
