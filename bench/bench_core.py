@@ -49,13 +49,20 @@ ROOT = HERE.parent
 ROAR_CORE = str(Path(sys.executable).parent / "roar-core")
 
 
-def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> float:
+def timed(cmd: list[str], env: dict[str, str], cwd: Path, outputs: int | None = None
+          ) -> float:
+    """Wall time of cmd.  `outputs`: `roar-core run --wait` must say it recorded that many
+    (a data directory roar does not record, such as one under /dev, would make a figure
+    of nothing)."""
     t0 = time.perf_counter()
     p = subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL,
                        stderr=subprocess.PIPE)
     dt = time.perf_counter() - t0
     if p.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}): {p.stderr[-500:]!r}")
+    if outputs and f"outputs ({outputs}):".encode() not in p.stderr:
+        raise SystemExit(f"{' '.join(cmd)} did not record its {outputs} outputs: "
+                         f"{p.stderr[-500:]!r}")
     return dt
 
 
@@ -147,7 +154,7 @@ def files(args, base_env, peer, root: Path, workload: list[str]) -> dict[str, di
                     cmd = [ROAR_CORE, "run", "--wait", "--", *cmd]
                 elif v == "roar run":
                     cmd = peer_run(peer, cmd, env, d)
-                res[v][n].append(timed(cmd, env, d))
+                res[v][n].append(timed(cmd, env, d, n if v == "roar-core run --wait" else None))
                 if v == "roar-core run --wait":
                     # Not part of the timed run, and never overlapping the next one.
                     res["delivered after"][n].append(wait_delivered(d / ".roar"))
