@@ -273,6 +273,7 @@ def test_graph_in_three_formats(pipeline: Cli) -> None:
 
 
 def test_doctor_and_module_entry_point(pipeline: Cli) -> None:
+    pipeline.ok("flush")  # the home's recorder delivers after each `--wait` returns
     proc = subprocess.run([sys.executable, "-m", "roar_core", "doctor"], cwd=pipeline.cwd,
                           env=pipeline.env, capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()

@@ -46,6 +46,7 @@ def test_secret_canaries_leave_nothing_and_keep_the_shape(tmp_path: Path) -> Non
         proc = cli("run", "--wait", "--job", name, "--", *argv, env=env)
         assert proc.returncode == 0, (name, proc.stderr)
     home = Path(cli.env["ROAR_HOME"])
+    cli.ok("flush")  # the recorder delivers after `--wait` returns
     canaries = [a.split("cnry-", 1)[1] for argv in FORMS.values() for a in argv
                 if "cnry-" in a]
     canaries = ["cnry-" + c.split()[0].split(";")[0] for c in canaries]
