@@ -14,8 +14,9 @@ starts one (detached, like a recorder), which then serves that first request.  A
 wrong here -- no usable runtime directory, a server that does not answer -- and the
 producer starts the recorder the old way, from a fresh interpreter.  The server serves
 only its own user and only the code it imported: the socket's name carries the
-interpreter, the import path, the installed roar_core's files' times and the cgroup, so
-after an upgrade or an edit producers start a new server and the old one idles out.
+interpreter, the import path, the installed roar_core's files' times, the cgroup and the
+mount and PID namespaces, so after an upgrade or an edit producers start a new server and
+the old one idles out, and a recorder always sees the files and processes its producer does.
 
     python -m roar_core.recording.forkserver SOCKET DIRECTORY
 """
@@ -65,7 +66,7 @@ def _code_key() -> str:
     import roar_core
 
     parts = [os.path.realpath(sys.executable), sys.prefix, os.environ.get("PYTHONPATH", ""),
-             os.environ.get("PYTHONHOME", ""), sys.version, _cgroup()]
+             os.environ.get("PYTHONHOME", ""), sys.version, _cgroup(), _namespaces()]
     top = Path(roar_core.__file__).parent
     for d in (top, *(p for p in top.iterdir() if p.is_dir() and not p.name.startswith("_"))):
         for entry in os.scandir(d):
@@ -87,6 +88,20 @@ def _cgroup() -> str:
             return f.read()
     except OSError:
         return ""
+
+
+def _namespaces() -> str:
+    """The mount and PID namespaces we run in.  A recorder must see the files (a mount
+    namespace of the producer's own: `unshare -m`, a container sharing the runtime
+    directory) and the processes of its producers as they do: one forked by a server in
+    another namespace recorded into a home that, for the producer, was mounted read-only."""
+    out = []
+    for ns in ("mnt", "pid"):
+        try:
+            out.append(os.readlink(f"/proc/self/ns/{ns}"))
+        except OSError:
+            out.append("")
+    return " ".join(out)
 
 
 def start(directory: Path, env: dict[str, str]) -> bool:

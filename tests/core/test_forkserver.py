@@ -127,3 +127,22 @@ def test_without_a_private_runtime_directory_a_recorder_starts_the_old_way(
     assert b"roar_core.recording.recorder" in argv  # a fresh interpreter's command line
     out = cli.cwd / "b.txt"
     assert _outputs(cli) == {str(out): "blake3:" + blake3.blake3(out.read_bytes()).hexdigest()}
+
+
+def test_a_producer_in_another_mount_namespace_gets_a_server_of_its_own() -> None:
+    """A recorder forked by a server outside the producer's mount namespace saw the files
+    as the server did: it recorded into a home the producer had mounted read-only."""
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare here")
+    code = "from roar_core.recording import forkserver; print(forkserver.socket_path())"
+    here = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout
+    ns = ["unshare", "-m"] if os.geteuid() == 0 else ["unshare", "-rm"]
+    there = subprocess.run([*ns, sys.executable, "-c", code], capture_output=True, text=True)
+    if there.returncode != 0:
+        pytest.skip(f"no mount namespace here: {there.stderr.strip()}")
+    assert here.strip() and there.stdout.strip() and here != there.stdout
