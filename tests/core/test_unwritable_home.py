@@ -59,6 +59,18 @@ def _namespace() -> list[str]:
     return ["unshare", "-rm"]  # an unprivileged user's own user and mount namespaces
 
 
+def _in_namespace(script: str, home: Path, tmp_path: Path, cwd: Path, env: dict[str, str],
+                  timeout: float) -> Path:
+    """Run a scenario in a mount namespace of its own; the directory of its steps' output."""
+    out = tmp_path / "out"
+    out.mkdir()
+    done = subprocess.run([*_namespace(), "bash", "-c", script, "scenario", str(home),
+                           str(out), ROAR], cwd=cwd, env=env, capture_output=True,
+                          timeout=timeout)
+    assert done.returncode == 0, done.stderr.decode()
+    return out
+
+
 def _step(out: Path, name: str) -> tuple[int, str, str]:
     return (int((out / f"{name}.rc").read_text()), (out / f"{name}.out").read_text(),
             (out / f"{name}.err").read_text())
@@ -77,12 +89,7 @@ def test_full_and_read_only_home(tmp_path: Path) -> None:
     cli = make_cli(tmp_path)
     home = Path(cli.env["ROAR_HOME"])
     home.mkdir()
-    out = tmp_path / "out"
-    out.mkdir()
-    done = subprocess.run([*_namespace(), "bash", "-c", SCENARIO, "scenario", str(home),
-                           str(out), ROAR], cwd=cli.cwd, env=cli.env, capture_output=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr.decode()
+    out = _in_namespace(SCENARIO, home, tmp_path, cli.cwd, cli.env, 300)
     assert _step(out, "setup")[0] == 0
 
     # Full: every command ran, as untraced would; one line said why and what happens.
@@ -188,12 +195,7 @@ def test_reading_commands_read_a_read_only_store_and_write_nothing(tmp_path: Pat
     while _recorders_of(home) and time.monotonic() < deadline:  # it idles out
         time.sleep(0.05)
     before = {p.relative_to(home): p.stat().st_mtime_ns for p in home.rglob("*")}
-    out = tmp_path / "out"
-    out.mkdir()
-    done = subprocess.run([*_namespace(), "bash", "-c", READ_ONLY, "scenario", str(home),
-                           str(out), ROAR], cwd=cli.cwd, env=cli.env, capture_output=True,
-                          timeout=120)
-    assert done.returncode == 0, done.stderr.decode()
+    out = _in_namespace(READ_ONLY, home, tmp_path, cli.cwd, cli.env, 120)
     for name in ("show", "lineage", "graph"):
         rc, text, err = _step(out, name)
         assert rc == 0 and "Traceback" not in err, (name, err)
