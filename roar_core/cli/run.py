@@ -246,6 +246,7 @@ def run(cfg: Config, argv: list[str], job_name: str | None = None, *,
         except Exception as e:  # the recorder takes the versions later, as best it can
             print(f"roar-core: warning: file versions not taken at the command's end: "
                   f"{type(e).__name__}: {e}", file=sys.stderr)
+    note_missing_hasher()
     status, error = _outcome(rc)
     fd = begun.log.ended(begun.run_id, status, error=error, exit_code=rc, captured=captured,
                          wait=wait)
@@ -253,6 +254,30 @@ def run(cfg: Config, argv: list[str], job_name: str | None = None, *,
         print(f"roar-core: warning: cannot write the run's end in {begun.log.path}",
               file=sys.stderr)
     return Ran(rc, begun, read, fd)
+
+
+def note_missing_hasher() -> None:
+    """An installation built without cargo has no native batch hasher, and pip shows no
+    build output: said on the first run of each user and installation (a stamp in the
+    user's cache), not only by `doctor`."""
+    lib = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_bin",
+                       "libroar_hashbatch.so")
+    if os.path.exists(lib):
+        return
+    import zlib
+
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    stamp = os.path.join(cache, "roar-core", f"no-hasher-{zlib.crc32(os.fsencode(lib)):08x}")
+    if os.path.exists(stamp):
+        return
+    print("roar-core: note: this installation has no native batch hasher (it was built "
+          "without cargo): many small files are hashed in Python, slower. Install Rust "
+          "(https://rustup.rs) and reinstall, or install a prebuilt wheel.", file=sys.stderr)
+    try:
+        os.makedirs(os.path.dirname(stamp), exist_ok=True)
+        open(stamp, "x").close()
+    except OSError:
+        pass
 
 
 def _outcome(rc: int) -> tuple[str, str | None]:

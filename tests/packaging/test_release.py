@@ -155,3 +155,19 @@ def test_sdist_without_cargo_builds_and_says_what_is_slower(artifacts, tmp_path)
     names = zipfile.ZipFile(whl).namelist()
     assert "roar_core/_bin/libroar_preload.so" in names
     assert "roar_core/_bin/libroar_hashbatch.so" not in names
+
+    # pip shows none of that (no -v): the first run says it, once.
+    venv = _venv(tmp_path / "venv")
+    subprocess.run([str(venv / "pip"), "install", "-q", "--disable-pip-version-check",
+                    str(whl)], check=True, capture_output=True)
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {**env, "PATH": f"{venv}{os.pathsep}/usr/bin:/bin", "ROAR_HOME": str(work / "h"),
+           "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    said = []
+    for _ in range(2):
+        run = subprocess.run([str(venv / "roar-core"), "run", "--", "true"], cwd=work,
+                             env=env, capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        said.append("no native batch hasher" in run.stderr)
+    assert said == [True, False]
