@@ -254,12 +254,9 @@ def exec_(engine: str | None, command: tuple[str, ...]) -> None:
     if engine not in ENGINE_ENV:
         raise CliError(f"cannot tell which engine {command[0]!r} is: name it with --engine "
                        f"({', '.join(sorted(ENGINE_ENV))})", EXIT_USAGE)
-    env = dict(os.environ)
-    for k, v in _engine_module(engine).exports().items():
-        if v is None:
-            env.pop(k, None)
-        else:
-            env[k] = v
+    from roar_core.pipeline import tracer
+
+    env = tracer.with_changes(_engine_module(engine).exports(), os.environ)
     sys.stdout.flush()
     try:
         os.execvpe(command[0], list(command), env)  # CMD is this process from here on

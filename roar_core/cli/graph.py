@@ -13,7 +13,7 @@ import html
 from collections import defaultdict
 from dataclasses import dataclass
 
-from roar_core.cli.wait import SHORT_DIGEST, short_digest  # noqa: F401 (SHORT_DIGEST: for users of this module)
+from roar_core.cli.wait import short_digest
 from roar_core.lineage import ArtifactNode, Edge, LineageGraph, RunNode
 
 _LABEL_MAX = 36  # characters per label line before it is shortened with an ellipsis

@@ -260,11 +260,13 @@ def note_missing_hasher() -> None:
     """An installation built without cargo has no native batch hasher, and pip shows no
     build output: said on the first run of each user and installation (a stamp in the
     user's cache), not only by `doctor`."""
-    lib = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_bin",
-                       "libroar_hashbatch.so")
+    import zlib
+
+    from roar_core.pipeline import nativehash
+
+    lib = str(nativehash.library_path())
     if os.path.exists(lib):
         return
-    import zlib
 
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
     stamp = os.path.join(cache, "roar-core", f"no-hasher-{zlib.crc32(os.fsencode(lib)):08x}")
@@ -455,9 +457,8 @@ def run_command(roar, argv: list[str], job_name: str | None = None) -> RunResult
     """Run and record (the API): in this process, or by the directory's recorder when one
     is running."""
     ran = run(roar.config, argv, job_name, roar=roar)
-    if ran.begun is None:
-        return RunResult(ran.returncode, None, "no session could be written (see above)")
-    answer(ran, lambda: roar)
+    if ran.begun is not None:
+        answer(ran, lambda: roar)
     return result_of(ran)
 
 
@@ -496,7 +497,8 @@ def answer(ran: Ran, get_roar: Callable[[], Any], recorder_start_s: float = 0.0)
 def result_of(ran: Ran) -> RunResult:
     """What the recorder answered of an `answer`ed run."""
     begun = ran.begun
-    assert begun is not None
+    if begun is None:
+        return RunResult(ran.returncode, None, "no session could be written (see above)")
     log, run_id = begun.log, begun.run_id
     said = log.results.get(run_id)
     if said is not None and said.get("ok") and all(log.results.values()):

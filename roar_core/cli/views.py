@@ -26,13 +26,7 @@ from rich.text import Text
 from roar_core import config as config_mod
 from roar_core.cli import graph as graph_mod
 from roar_core.cli.commands import CLOSE_TIMEOUT_S, EXIT_USAGE, CliError
-from roar_core.cli.wait import (  # noqa: F401 - also for the commands
-    HashProgress,
-    display_path,
-    run_and_record,
-    stderr_console,
-    summary_lines,
-)
+from roar_core.cli.wait import display_path, stderr_console
 from roar_core.lineage import LineageGraph, RunNode, digest_prefix, is_digest
 from roar_core.pipeline.classification import display_name
 from roar_core.pipeline.store import (

@@ -128,7 +128,6 @@ def run_and_record(cfg: config_mod.Config, argv: list[str], job_name: str | None
     from roar_core.cli.commands import CliError
     from roar_core.cli.run import (
         RECORDER_START_S,
-        RunResult,
         answer,
         default_job_name,
         hand_off,
@@ -149,7 +148,7 @@ def run_and_record(cfg: config_mod.Config, argv: list[str], job_name: str | None
     ran = run(cfg, argv, job_name, wait=True, progress=progress)
     progress.close()
     if ran.begun is None:
-        result = RunResult(ran.returncode, None, "no session could be written (see above)")
+        result = result_of(ran)  # which says so
     else:
         hand_off(cfg, ran.begun.directory)
         roar = None  # recorded here: no sender thread, delivery is decided below

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import functools
 import os
+import shlex
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +79,24 @@ def status() -> TracerStatus:
         if not seen:
             return TracerStatus(lib, False, "the shim did not record the probe's open()")
     return TracerStatus(lib, True, f"{lib} records file events")
+
+
+def shell_lines(changes: Mapping[str, str | None]) -> str:
+    """Shell lines making these environment changes (`roar-core env ENGINE`): `export`, or
+    `unset` where the value is None."""
+    return "".join(f"export {k}={shlex.quote(v)}\n" if v is not None else f"unset {k}\n"
+                   for k, v in changes.items())
+
+
+def with_changes(changes: Mapping[str, str | None], base: Mapping[str, str]) -> dict[str, str]:
+    """`base` with these environment changes made (`roar-core exec`): None unsets."""
+    env = dict(base)
+    for k, v in changes.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    return env
 
 
 def preload_env(

@@ -28,7 +28,8 @@ from rich.console import Console
 
 from roar_core.cli import commands as cli_mod
 from roar_core.cli import graph as graph_mod
-from roar_core.cli.views import HashProgress, tree_lines
+from roar_core.cli.views import tree_lines
+from roar_core.cli.wait import SHORT_DIGEST, HashProgress
 from roar_core.lineage import ArtifactNode, Edge, LineageGraph, RunNode
 from tests.conftest import processes
 
@@ -216,7 +217,7 @@ def test_run_summary_on_stderr_and_show(pipeline: Cli) -> None:
     work = pipeline.cwd
     summary = pipeline.steps["transform"].stderr.decode()
     assert pipeline.steps["transform"].stdout == b""
-    raw_short = b3(work / "raw.csv")[: len("blake3:") + graph_mod.SHORT_DIGEST]
+    raw_short = b3(work / "raw.csv")[: len("blake3:") + SHORT_DIGEST]
     assert "job transform, run " in summary and "COMPLETE (exit 0)" in summary
     assert "inputs (1):" in summary and f"raw.csv  {raw_short}" in summary
     assert "outputs (1):" in summary and "clean.csv  blake3:" in summary

@@ -14,7 +14,6 @@ This module is imported when Airflow discovers providers: keep its imports light
 from __future__ import annotations
 
 import os
-import shlex
 import socket
 import sys
 
@@ -49,5 +48,6 @@ def exports() -> dict[str, str | None]:
 def shell_exports() -> str:
     """`exports()` as lines for `eval "$(roar-core env airflow)"`: for a shell that only
     starts Airflow; every later command of that shell is traced too."""
-    return "".join(f"export {k}={shlex.quote(v)}\n" if v is not None else f"unset {k}\n"
-                   for k, v in exports().items())
+    from roar_core.pipeline import tracer
+
+    return tracer.shell_lines(exports())

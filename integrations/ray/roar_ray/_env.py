@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shlex
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +97,9 @@ def exports(env: dict[str, str] | os._Environ | None = None) -> dict[str, str]:
 
 def shell_exports(env: dict[str, str] | os._Environ | None = None) -> str:
     """`export` lines for `eval "$(roar-core env ray)"` before `ray start` and drivers."""
-    return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in exports(env).items())
+    from roar_core.pipeline import tracer
+
+    return tracer.shell_lines(exports(env))
 
 
 def enable() -> None:
