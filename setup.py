@@ -23,6 +23,8 @@ from pathlib import Path
 from setuptools import Extension, setup
 from setuptools.command.bdist_wheel import bdist_wheel
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
+from setuptools.command.editable_wheel import editable_wheel
 
 PRELOAD = "roar_core._bin.libroar_preload"
 PRELOAD_SRC = Path("tracer-bins", "preload", "roar_preload.c")
@@ -32,6 +34,9 @@ HASHBATCH_LIB = "libroar_hashbatch.so"
 CFLAGS = ["-O2", "-std=gnu11", "-fPIC", "-fvisibility=hidden", "-fno-strict-aliasing",
           "-Wall", "-Wextra", "-Wno-unused-parameter"]
 LDFLAGS = ["-shared", "-s", "-ldl", "-pthread"]
+# Starts the S3 tracer in traced Python processes (and does nothing in the others): a .pth
+# runs at interpreter start only from site-packages' top level, beside the packages.
+S3_PTH = "roar_core_s3.pth"
 
 
 def _cargo() -> str | None:
@@ -98,6 +103,24 @@ class BuildNative(build_ext):
         shutil.copyfile(target / "release" / HASHBATCH_LIB, dest / HASHBATCH_LIB)
 
 
+class BuildPy(build_py):
+    def run(self) -> None:
+        super().run()
+        self.copy_file(S3_PTH, os.path.join(self.build_lib, S3_PTH))
+
+    def get_outputs(self, include_bytecode: bool = True) -> list[str]:
+        return [*super().get_outputs(include_bytecode), os.path.join(self.build_lib, S3_PTH)]
+
+
+class EditableWheel(editable_wheel):
+    # An editable install links the packages, not build_py's outputs: the .pth goes into
+    # the wheel it builds by hand (setuptools writes that directory into the wheel).
+    def _run_build_commands(self, dist_name, unpacked_wheel, build_lib, tmp_dir):
+        out = super()._run_build_commands(dist_name, unpacked_wheel, build_lib, tmp_dir)
+        shutil.copyfile(S3_PTH, os.path.join(unpacked_wheel, S3_PTH))
+        return out
+
+
 class Wheel(bdist_wheel):
     def finalize_options(self) -> None:
         # ROAR_PREBUILT's libraries may be for another architecture than this machine's.
@@ -111,5 +134,6 @@ class Wheel(bdist_wheel):
 
 setup(
     ext_modules=[Extension(PRELOAD, sources=[str(PRELOAD_SRC)])],
-    cmdclass={"build_ext": BuildNative, "bdist_wheel": Wheel},
+    cmdclass={"build_ext": BuildNative, "build_py": BuildPy,
+              "editable_wheel": EditableWheel, "bdist_wheel": Wheel},
 )

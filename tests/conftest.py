@@ -13,7 +13,9 @@ import pwd
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -183,3 +185,43 @@ def postgres_schema_url(postgres_url: str) -> Iterator[str]:
     yield url.render_as_string(hide_password=False)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+# ---- S3: moto's server mode on loopback ------------------------------------------------------
+
+
+def _s3_unavailable(reason: str) -> None:
+    if os.environ.get("ROAR_TEST_REQUIRE_S3") == "1":
+        pytest.fail(f"an S3 server is required (ROAR_TEST_REQUIRE_S3=1) but {reason}")
+    pytest.skip(f"S3 tests skipped: {reason}")
+
+
+@pytest.fixture(scope="session")
+def s3_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of a real S3-compatible HTTP server (moto's server mode) on 127.0.0.1."""
+    import importlib.util
+    import urllib.request
+
+    if importlib.util.find_spec("moto") is None or importlib.util.find_spec("boto3") is None:
+        _s3_unavailable("moto[server] and boto3 are not installed")
+    port = _free_port()
+    log = tmp_path_factory.mktemp("moto") / "server.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
+                                 "-p", str(port)], stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(url + "/moto-api/", timeout=1).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                _s3_unavailable(f"moto's server did not start: {log.read_text()[-500:]}")
+            time.sleep(0.1)
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -90,6 +90,11 @@ def _listing(label: str, items: list[tuple[str, str | None]], cwd: Path) -> list
     return lines
 
 
+def _uri(d) -> str:
+    """A dataset as the user names it: a path, or an object's s3://bucket/key."""
+    return f"{d.namespace}/{d.name}" if d.namespace.startswith("s3://") else d.name
+
+
 def summary_lines(result: RunResult, job: str, cwd: Path | None = None) -> list[Text]:
     """What `run` says on stderr after the command: job, run id, status, files, problems."""
     cwd = cwd or Path.cwd()
@@ -108,11 +113,15 @@ def summary_lines(result: RunResult, job: str, cwd: Path | None = None) -> list[
         lines.append(Text(f"roar-core: UNTRACED: {data.get('untraced_reason')} -- files it "
                           "read or wrote are missing below", style="bold red"))
     outs = [d for d in rec.outputs if d.lifecycle != "DROP"]
-    lines += _listing("inputs", [(d.name, d.digest) for d in rec.inputs], cwd)
-    lines += _listing("outputs", [(d.name, d.digest) for d in outs], cwd)
-    deleted = [(d.name, None) for d in rec.outputs if d.lifecycle == "DROP"]
+    lines += _listing("inputs", [(_uri(d), d.digest) for d in rec.inputs], cwd)
+    lines += _listing("outputs", [(_uri(d), d.digest) for d in outs], cwd)
+    deleted = [(_uri(d), None) for d in rec.outputs if d.lifecycle == "DROP"]
     if deleted:
         lines += _listing("deleted", deleted, cwd)
+    if unseen := (data.get("task") or {}).get("unseen_io"):
+        lines.append(Text(f"roar-core: warning: it ran {', '.join(unseen)}: its S3 transfers "
+                          "are not in the lineage (only boto3/botocore's are seen)",
+                          style="yellow"))
     if data.get("dropped"):
         lines.append(Text(f"roar-core: warning: {data['dropped']} trace event(s) were lost "
                           "(unreadable or torn trace logs): the file lists may be incomplete",

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from roar_core.pipeline import declared as declared_mod
 from roar_core.pipeline.classification import FileAccess, PathFilter, TaskIO, classify
+from roar_core.pipeline.objects import ObjectVersion
 from roar_core.pipeline.statcache import FileState
 from roar_core.pipeline.tracelog import Record
 
@@ -84,17 +85,19 @@ def versions(io: TaskIO, hasher: Hasher, settle: bool = True,
     """The versions of the files in `io`, now (see the module docstring).  `settle`: the
     outputs' digests go into the stat cache, for the next tasks that open them (without:
     the recorder's store finds them by size and mtime, later)."""
-    written = {a.path for a in io.outputs}
+    written = {a.path for a in io.outputs if a.obj is None}
     # Inputs the task itself rewrote: the version read is its state at open, never the
     # content now.  Every other file: hashed now, and checked against the state it had.
-    read = io.inputs + io.code
-    hashed = [a for a in read if a.path not in written] + io.outputs
+    # S3 objects come with their versions (s3trace), taken as the task read or sent them.
+    read = [a for a in io.inputs if a.obj is None] + io.code
+    outputs = [a for a in io.outputs if a.obj is None]
+    hashed = [a for a in read if a.path not in written] + outputs
     known = {a.path: a.state for a in hashed if a.state is not None}
     hashes = hasher.hash_files([a.path for a in hashed], progress, known=known,
                                written=written,
                                settled=written if settle else ()) if hashed else {}
     out = Capture(io)
-    for a in io.outputs:
+    for a in outputs:
         h = hashes.get(a.path)
         if h is None:
             out.outputs[a.path] = Version(None, None, a.state, GONE)
@@ -105,7 +108,29 @@ def versions(io: TaskIO, hasher: Hasher, settle: bool = True,
     opened = _opened_versions(read, hashes, written, hasher)
     for a in read:
         (out.code if a.role == "code" else out.inputs)[a.path] = opened[a.path]
+    _object_versions(io, out)
     return out
+
+
+def _object_versions(io: TaskIO, out: Capture) -> None:
+    """S3 objects: the digest of the body the task streamed, else that of the local file
+    it was moved to or from (the version of that file this task left or read)."""
+    own: dict[tuple[str, str | None], Version] = {}  # (uri, version) -> what it holds
+    for got, accesses in ((out.inputs, io.inputs), (out.outputs, io.outputs)):
+        for a in accesses:
+            o = a.obj
+            if o is None:
+                continue
+            v = Version(o.digest, o.size, None, o.why)
+            if o.digest is None and o.file is not None:
+                f = out.outputs.get(o.file) or out.inputs.get(o.file)
+                if f is not None and f.digest is not None:
+                    v = Version(f.digest, f.size, None)
+            if v.digest is None and o.source is not None:  # a copy of what the task saw
+                v = own.get(o.source) or v
+            if v.digest is not None:
+                own[(a.name, o.version)] = v
+            got[a.path] = v
 
 
 def _opened_versions(read: list[FileAccess], hashes: dict[bytes, HashResult],
@@ -174,13 +199,22 @@ def _unversion(v: list[Any]) -> Version:
 
 
 def _access(a: FileAccess) -> list[Any]:
-    return [_path(a.path), a.name, a.role, a.read_via, _state(a.pre_state), a.first_ns,
-            a.existed, _state(a.state)]
+    out = [_path(a.path), a.name, a.role, a.read_via, _state(a.pre_state), a.first_ns,
+           a.existed, _state(a.state)]
+    if (o := a.obj) is not None:
+        out.append([o.version, o.digest, o.size, o.file and _path(o.file), o.why,
+                    list(o.source) if o.source else None])
+    return out
 
 
 def _unaccess(x: list[Any]) -> FileAccess:
+    obj = None
+    if len(x) > 8:
+        o = x[8]
+        obj = ObjectVersion(o[0], o[1], o[2], o[3] and os.fsencode(o[3]), o[4],
+                            tuple(o[5]) if o[5] else None)
     return FileAccess(os.fsencode(x[0]), x[1], x[2], x[3], _unstate(x[4]), x[5], x[6],
-                      _unstate(x[7]))
+                      _unstate(x[7]), obj)
 
 
 _LISTS = ("inputs", "outputs", "transient", "deleted", "code")
@@ -191,6 +225,8 @@ def to_dict(c: Capture) -> dict[str, Any]:
     io = c.io
     data: dict[str, Any] = {k: [_access(a) for a in getattr(io, k)] for k in _LISTS}
     data["commands"], data["untraceable"] = io.commands, io.untraceable
+    if io.unseen:
+        data["unseen"] = io.unseen
     for k in ("inputs", "outputs", "code"):
         data["v_" + k] = [[_path(p), *_version(v)] for p, v in getattr(c, k).items()]
     return data
@@ -198,7 +234,8 @@ def to_dict(c: Capture) -> dict[str, Any]:
 
 def from_dict(data: dict[str, Any]) -> Capture:
     io = TaskIO(**{k: [_unaccess(a) for a in data[k]] for k in _LISTS},
-                commands=data["commands"], untraceable=data["untraceable"])
+                commands=data["commands"], untraceable=data["untraceable"],
+                unseen=data.get("unseen", []))
     c = Capture(io)
     for k in ("inputs", "outputs", "code"):
         getattr(c, k).update((os.fsencode(x[0]), _unversion(x[1:])) for x in data["v_" + k])

@@ -1,4 +1,5 @@
-"""Classification: a task's events -> inputs, outputs, transient and deleted files.
+"""Classification: a task's events -> inputs, outputs, transient and deleted files (and S3
+objects: `objects`).
 
 input     = read, and not created by the task first (an O_RDWR open of an existing file
             reads its previous version: read-modify-write is an input *and* an output);
@@ -21,6 +22,8 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from roar_core.pipeline import objects
+from roar_core.pipeline.objects import ObjectVersion
 from roar_core.pipeline.statcache import FileState
 from roar_core.pipeline.tracelog import OP, RF_EXISTED, RF_MODIFIED, RF_STAT, RF_UNTRACEABLE, Record
 
@@ -31,7 +34,7 @@ O_RDONLY, O_RDWR, O_CREAT, O_TRUNC, O_DIRECTORY = (
     os.O_RDONLY, os.O_RDWR, os.O_CREAT, os.O_TRUNC, os.O_DIRECTORY)
 OP_OPEN, OP_CLOSE, OP_RENAME, OP_LINK = OP["open"], OP["close"], OP["rename"], OP["link"]
 OP_UNLINK, OP_TRUNCATE, OP_MKDIR, OP_RMDIR = OP["unlink"], OP["truncate"], OP["mkdir"], OP["rmdir"]
-OP_START = OP["start"]
+OP_START, OP_OBJECT = OP["start"], OP["object"]
 _COMMAND_OPS = frozenset((OP["exec"], OP["spawn"], OP_START))
 
 SYSTEM_PREFIXES = (
@@ -178,6 +181,7 @@ class FileAccess:
     first_ns: int = 0
     existed: bool = False  # the path existed before the task (outputs: an overwrite)
     state: FileState | None = None  # a regular file's stat at classification (the task's end)
+    obj: ObjectVersion | None = None  # an S3 object (path and name: its URI): its version
 
 
 @dataclass
@@ -189,6 +193,7 @@ class TaskIO:
     code: list[FileAccess] = field(default_factory=list)
     commands: list[list[str]] = field(default_factory=list)  # argv of each program run
     untraceable: list[str] = field(default_factory=list)  # static/setuid programs executed
+    unseen: list[str] = field(default_factory=list)  # S3 clients run whose I/O is unseen
 
     def all(self) -> list[FileAccess]:
         return self.inputs + self.outputs + self.transient + self.deleted
@@ -267,6 +272,7 @@ def classify(records: Iterable[Record], keep: PathFilter,
     # raw path -> its state: a file is opened, closed and reopened under one name, so most
     # records cost one lookup here (this loop runs for every record of a task).
     by_raw: dict[bytes, _State | None] = {}
+    object_records: list[Record] = []
     io = TaskIO()
 
     def state(raw: bytes, ns: int) -> _State | None:
@@ -295,6 +301,9 @@ def classify(records: Iterable[Record], keep: PathFilter,
                 io.commands.append([shown(a) for a in argv])
             if r.path and op != OP_START and r.rflags & RF_UNTRACEABLE:
                 io.untraceable.append(shown(r.path))
+            continue
+        if op == OP_OBJECT:
+            object_records.append(r)
             continue
         path = r.path
         if r.err or r.result < 0 or not path:
@@ -413,4 +422,14 @@ def classify(records: Iterable[Record], keep: PathFilter,
             elif s.created or s.written:
                 io.transient.append(FileAccess(path, name, "transient", via, None, s.first_ns,
                                                existed, final))
+    if object_records:
+        for uri, role, first_ns, existed, version in objects.classify(object_records):
+            getattr(io, _ROLE_LISTS[role]).append(FileAccess(
+                os.fsencode(uri), uri, role, [], None, first_ns, existed, None, version))
+    if io.commands:
+        io.unseen = objects.unseen_clients(io.commands)
     return io
+
+
+_ROLE_LISTS = {"input": "inputs", "output": "outputs", "deleted": "deleted",
+               "transient": "transient"}

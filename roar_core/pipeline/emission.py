@@ -99,6 +99,8 @@ class Dataset:
     """(namespace, name) before a RENAME."""
     unknown_version: str | None = None
     """Why the version (the content the task read or left) is unknown: no digest then."""
+    object_version: str | None = None
+    """An S3 object's own version (VersionId, else ETag): its `datasetVersion`."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,7 @@ class TaskInfo:
     dropped_events: int = 0
     command: list[str] | None = None
     parent_task_id: str | None = None
+    unseen_io: list[str] | None = None  # S3 clients run whose transfers roar cannot see
 
 
 @dataclass
@@ -213,6 +216,11 @@ def file_dataset(path: str, host: str | None = None) -> tuple[str, str]:
         raise ValueError(f"file dataset needs an absolute path, got {path!r}")
     namespace = f"file://{_nonempty(host, 'host')}" if host is not None else "file"
     return namespace, posixpath.normpath(path)
+
+
+def dataset_of(uri: str, host: str | None = None) -> tuple[str, str]:
+    """(namespace, name) of a path or an s3:// URI, as recorded."""
+    return s3_dataset(uri) if uri.startswith("s3://") else file_dataset(uri, host)
 
 
 def s3_dataset(uri: str) -> tuple[str, str]:
@@ -580,6 +588,7 @@ def _task_facet(task: TaskInfo) -> dict[str, Any]:
         # a caller that forgot cannot leak.
         command=redact_argv(task.command) if task.command is not None else None,
         parentTaskId=task.parent_task_id,
+        unseenObjectIO=task.unseen_io,
     )
 
 
@@ -613,16 +622,23 @@ def _dataset_facets(d: Dataset, p: str) -> dict[str, Any]:
     if size is not None and (not isinstance(size, int) or size < 0):
         raise ValueError(f"dataset {d.name!r}: size must be a non-negative int, got {size!r}")
     facets: dict[str, Any] = {}
+    if d.object_version is not None:  # S3's identity of the version; the blake3 beside it
+        facets["version"] = {
+            "_producer": p,
+            "_schemaURL": _VERSION_SCHEMA,
+            "datasetVersion": _nonempty(d.object_version, "object version"),
+        }
     if (digest := d.digest) is not None:
         if not _HEX_DIGEST.fullmatch(digest):
             raise ValueError(
                 f"dataset {d.name!r}: digest must be 64 lowercase hex chars, got {digest!r}"
             )
-        facets["version"] = {
-            "_producer": p,
-            "_schemaURL": _VERSION_SCHEMA,
-            "datasetVersion": f"{HASH_ALGORITHM}:{digest}",
-        }
+        if d.object_version is None:
+            facets["version"] = {
+                "_producer": p,
+                "_schemaURL": _VERSION_SCHEMA,
+                "datasetVersion": f"{HASH_ALGORITHM}:{digest}",
+            }
         content: dict[str, Any] = {
             "_producer": p,
             "_schemaURL": _CONTENT_HASH_SCHEMA,

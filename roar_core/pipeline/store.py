@@ -241,7 +241,7 @@ def _normalize_url(url: str) -> URL:
 # The revision `roar_core/migrations/` ends at (a test keeps the two equal).  Checked before
 # Alembic is imported: every process that opens the store would otherwise pay ~0.1 s of
 # imports to learn that there is nothing to migrate.
-SCHEMA_HEAD = "0003"
+SCHEMA_HEAD = "0004"
 
 
 def _alembic_config() -> Any:
@@ -554,6 +554,19 @@ class Store:
                 row.last_seen_at,
             )
 
+    def object_digest(self, uri: str, object_version: str) -> tuple[str, int | None] | None:
+        """(digest, size) recorded for this version of an S3 object, by whichever task
+        had its bytes pass through (an upload, a whole read)."""
+        with self._transaction("cannot query object versions", write=False) as conn:
+            row = conn.execute(
+                select(AccessRow.digest, AccessRow.size)
+                .where(AccessRow.uri == uri, AccessRow.object_version == object_version,
+                       AccessRow.digest.is_not(None))
+                .order_by(AccessRow.id.desc())
+                .limit(1)
+            ).one_or_none()
+            return None if row is None else (row.digest, row.size)
+
     # -- recorder marks (cross-node causal order) -----------------------------------------------
 
     def set_recorder_mark(self, workflow_run_id: str, recorder: str, mark: datetime,
@@ -816,7 +829,8 @@ assert _NEW_ARTIFACT.columns == ("digest", "size", "first_seen")
 assert _PRODUCED_VERSION.columns == (
     "uri", "digest", "size", "mtime_ns", "producer_run_id", "recorded_at", "last_seen_at")
 assert _ACCESS.columns == ("task_run_id", "uri", "digest", "role", "size", "mtime_ns",
-                           "path_read", "dataset_namespace", "dataset_name", "version_note")
+                           "path_read", "dataset_namespace", "dataset_name", "version_note",
+                           "object_version")
 _STARTED_AT = select(_TASK_RUNS.c.started_at).where(_TASK_RUNS.c.run_id == bindparam("run_id"))
 
 
@@ -883,9 +897,10 @@ def _record_accesses(
                 match = ProducedFile(prod.uri, a.digest, prod.run.run_id, prod.run.job_name,
                                      *dataset_identity(prod.uri))
         records.append(AccessRecord(a.uri, a.role, a.digest, a.size, a.mtime_ns, a.path_read,
-                                    ns, name, a.note, match))
+                                    ns, name, a.note, match, a.object_version))
     _ACCESS.run(conn, [(task_run_id, r.uri, r.digest, r.role, r.size, r.mtime_ns, r.path_read,
-                         r.dataset_namespace, r.dataset_name, r.note) for r in records])
+                         r.dataset_namespace, r.dataset_name, r.note, r.object_version)
+                        for r in records])
     return records
 
 
@@ -925,7 +940,7 @@ def _unique_sorted(accesses: Iterable[Access]) -> list[Access]:
 def _access_record(r: Row[Any]) -> AccessRecord:
     return AccessRecord(
         r.uri, r.role, r.digest, r.size, r.mtime_ns, r.path_read, r.dataset_namespace,
-        r.dataset_name, r.version_note,
+        r.dataset_name, r.version_note, object_version=r.object_version,
     )
 
 

@@ -80,6 +80,7 @@ class Access:
     mtime_ns: int | None = None
     path_read: str | None = None
     note: str | None = None  # digest None: why the version is unknown
+    object_version: str | None = None  # an S3 object's VersionId, else its ETag
 
 
 # ---------------------------------------------------------------------------------------------
@@ -140,6 +141,7 @@ class AccessRecord:
     match: ProducedFile | None = None
     """Recording an input only: the output of another path this content was last produced
     as (an inferred edge, `roar.content_match`); never stored, the lineage finds it again."""
+    object_version: str | None = None  # an S3 object's VersionId, else its ETag
 
 
 @dataclass(frozen=True)
@@ -217,7 +219,8 @@ def checked_access(a: Access) -> Access:
     digest = canonical_digest(a.digest)
     if digest is a.digest:
         return a  # one per file of a task: no copy when nothing changes
-    return Access(a.uri, a.role, digest, a.size, a.mtime_ns, a.path_read, a.note)
+    return Access(a.uri, a.role, digest, a.size, a.mtime_ns, a.path_read, a.note,
+                  a.object_version)
 
 
 def code_json(code: Iterable[CodeFile]) -> list[dict[str, str]]:

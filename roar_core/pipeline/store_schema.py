@@ -184,6 +184,8 @@ class AccessRow(Base):
     dataset_name: Mapped[str] = mapped_column(Text)
     # Why `digest` is None: the version the task opened or left could not be hashed then.
     version_note: Mapped[str | None] = mapped_column(Text)
+    # An S3 object's own version identity (VersionId, else ETag), beside its blake3.
+    object_version: Mapped[str | None] = mapped_column(Text)
 
 
 class RecorderMarkRow(Base):

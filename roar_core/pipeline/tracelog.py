@@ -29,16 +29,25 @@ OP_NAMES = {
     0: "pad", 1: "open", 2: "close", 3: "rename", 4: "link", 5: "symlink", 6: "unlink",
     7: "truncate", 8: "mkdir", 9: "rmdir", 10: "exec", 11: "exec_fail", 12: "spawn",
     13: "fork", 14: "chdir", 15: "task_begin", 16: "task_end", 17: "start", 18: "exit",
-    19: "dup",
+    19: "dup", 20: "object",
 }
 OP = {name: code for code, name in OP_NAMES.items()}
 # Records whose second string is an argv, NUL-separated (`Record.argv`).
 _ARGV_OPS = frozenset(OP[n] for n in ("exec", "exec_fail", "spawn", "start"))
-# The operations classification makes lineage of: on files, and programs run.  A task
+# Records whose second string is NUL-separated too: argv, or an object's key=value fields.
+_LIST_OPS = _ARGV_OPS | {OP["object"]}
+# The operations classification makes lineage of: on files and objects, and programs run.  A task
 # without any (a Ray task that computes in memory) has nothing to classify or hash.
 LINEAGE_OPS = frozenset(OP[n] for n in (
     "open", "close", "rename", "link", "symlink", "unlink", "truncate", "mkdir", "rmdir",
-    "exec", "spawn"))
+    "exec", "spawn", "object"))
+
+# Kinds of object-store access (flags of an "object" record: roar_core.pipeline.s3trace).
+OBJ_READ = 1
+OBJ_WRITE = 2
+OBJ_DELETE = 3
+OBJ_DIGEST = 4
+OBJ_UNSEEN = 5
 
 RF_STAT = 0x1
 RF_EXISTED = 0x2
@@ -201,7 +210,7 @@ def _records(buf, end: int, start: int, final: bool) -> Iterator[tuple[int, Reco
         # name; one that does is damaged (a bit flip, a stray write): lost, like a torn
         # one, rather than handed on as a name no system call accepts.
         if RECORD_FIXED + tag_len + path_len + path2_len + 2 > size or b"\0" in path or \
-                b"\0" in raw_tag or (path2_len and op not in _ARGV_OPS and b"\0" in path2):
+                b"\0" in raw_tag or (path2_len and op not in _LIST_OPS and b"\0" in path2):
             yield off, None
             continue
         yield off, Record(

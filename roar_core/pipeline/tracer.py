@@ -140,6 +140,16 @@ class Shim:
         lib.roar_version.restype = ctypes.c_int
         lib.roar_active.restype = ctypes.c_int
         lib.roar_log_path.restype = ctypes.c_char_p
+        self._object = getattr(lib, "roar_object", None)  # an older shim: none
+        if self._object is not None:
+            self._object.argtypes = [ctypes.c_uint32, ctypes.c_char_p, ctypes.c_char_p,
+                                     ctypes.c_size_t, ctypes.c_int64]
+            self._object.restype = ctypes.c_int
+            lib.roar_thread_tag.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+            lib.roar_thread_tag.restype = ctypes.c_int
+            lib.roar_thread_adopt.argtypes = [ctypes.c_char_p]
+            lib.roar_thread_adopt.restype = ctypes.c_int
+            self._buffer = ctypes.create_string_buffer
 
     def begin(self, tag: str) -> None:
         if self._lib.roar_task_begin(tag.encode("utf-8", "surrogateescape")) != 0:
@@ -166,6 +176,25 @@ class Shim:
             yield
         finally:
             self._unignore()
+
+    def has_objects(self) -> bool:
+        """Whether this shim takes object-store records (roar_core.pipeline.s3trace)."""
+        return self._object is not None
+
+    def object(self, kind: int, uri: bytes, fields: bytes, size: int) -> None:
+        """An object-store access, into this process's trace log under this thread's tag."""
+        self._object(kind, uri, fields, len(fields), size)
+
+    def thread_tag(self) -> bytes | None:
+        """The tag this thread's records get now (its task's, or the process fallback)."""
+        buf = self._buffer(256)  # one per call: ctypes releases the GIL during it
+        n = self._lib.roar_thread_tag(buf, len(buf))
+        return buf.raw[:n] if n > 0 else None
+
+    def adopt(self, tag: bytes | None) -> int:
+        """This pool thread records under `tag` (None: gives it back); -1 if it has a
+        task of its own."""
+        return self._lib.roar_thread_adopt(tag)
 
     def flush(self) -> bool:
         return self._lib.roar_flush() == 0

@@ -56,6 +56,8 @@ class TaskMeta:
     io_check: emission.IOCheck | None = None
     declared: declared_mod.Declared | None = None
     """Files the engine declared (inputs/outputs compared with the trace into `io_check`)."""
+    unseen_io: list[str] = field(default_factory=list)
+    """S3 clients the task ran whose transfers roar cannot see (set from the trace)."""
     secrets: tuple[str, ...] = ()
     """Values the engine knows to be secret (parameters named like one): masked wherever
     they appear in the command, in events and in the store."""
@@ -143,6 +145,7 @@ def _task_info(meta: TaskMeta, dropped: int, command: list[str] | None) -> emiss
         host=meta.host or "", pid=meta.pid or 0, attempt=meta.attempt, node_id=meta.node_id,
         traced=meta.traced, untraced_reason=meta.untraced_reason, dropped_events=dropped,
         command=command, parent_task_id=meta.parent_run_id,
+        unseen_io=meta.unseen_io or None,
     )
 
 
@@ -207,11 +210,13 @@ class LineageWriter:
 
     def _dataset(self, name: str, digest: str | None, size: int | None,
                  lifecycle: str | None = None, via: list[str] | None = None,
-                 unknown: str | None = None) -> emission.Dataset:
-        ns, ds_name = emission.file_dataset(name, self.file_host)
+                 unknown: str | None = None, object_version: str | None = None
+                 ) -> emission.Dataset:
+        ns, ds_name = emission.dataset_of(name, self.file_host)
         symlinks = [emission.file_dataset(v, self.file_host) for v in via or []]
         return emission.Dataset(ns, ds_name, digest=digest, size=size, symlinks=symlinks,
-                                lifecycle=lifecycle, unknown_version=unknown)
+                                lifecycle=lifecycle, unknown_version=unknown,
+                                object_version=object_version)
 
     def _input_datasets(self, recorded: list[AccessRecord]) -> list[emission.Dataset]:
         """Inputs under the path the task used (`symlinks`: the link it went through)."""
@@ -221,7 +226,8 @@ class LineageWriter:
                 continue
             digest = rec.digest.removeprefix("blake3:") if rec.digest else None
             out.append(self._dataset(rec.uri, digest, rec.size, via=[rec.path_read]
-                                     if rec.path_read else None, unknown=rec.note))
+                                     if rec.path_read else None, unknown=rec.note,
+                                     object_version=rec.object_version))
         return out
 
     def _stored_version(self, uri: str, v: Version) -> Version:
@@ -235,6 +241,14 @@ class LineageWriter:
             return Version(got.digest.removeprefix("blake3:"), st.size, st)
         return v
 
+    def _stored_object(self, uri: str, object_version: str | None, v: Version) -> Version:
+        """An S3 object version whose bytes did not pass through this task: the digest
+        recorded for that version (VersionId or ETag) when some task's did."""
+        if object_version is None:
+            return v
+        got = self.store.object_digest(uri, object_version)
+        return v if got is None else Version(got[0].removeprefix("blake3:"), got[1], None)
+
     def _content_matches(self, meta: TaskMeta, recorded: list[AccessRecord]) -> list:
         """`roar.content_match` events: an input whose bytes were produced under another
         path, the copy unobserved.  Trivial contents (shorter than `content_match_min_size`,
@@ -247,7 +261,7 @@ class LineageWriter:
             if m is None or rec.size is None or rec.size < self.match_min_size:
                 continue
             digest = m.digest.removeprefix("blake3:")
-            source = emission.Dataset(*emission.file_dataset(m.uri, self.file_host),
+            source = emission.Dataset(*emission.dataset_of(m.uri, self.file_host),
                                       digest=digest, size=rec.size)
             copy = self._dataset(rec.uri, digest, rec.size)
             events.append(emission.content_match_event(emission.ContentMatch(
@@ -330,6 +344,10 @@ class LineageWriter:
             meta.untraced_reason = "ran programs the preload tracer cannot see: " + ", ".join(
                 sorted(set(io.untraceable)))
             log.warning("roar: task %s %s", meta.job_name, meta.untraced_reason)
+        if io.unseen:
+            meta.unseen_io = io.unseen
+            log.warning("roar: task %s ran %s: its S3 transfers are not in the lineage "
+                        "(only boto3/botocore's are seen)", meta.job_name, ", ".join(io.unseen))
         if decl is not None and meta.traced and meta.io_check is None:
             meta.io_check = declared_mod.check(io, decl)
         if meta.command is None and io.commands:
@@ -340,18 +358,25 @@ class LineageWriter:
         for a in io.inputs:
             v = captured.inputs.get(a.path) or _GONE
             if v.digest is None:
-                v = self._stored_version(a.name, v)
+                v = (self._stored_object(a.name, a.obj.version, v) if a.obj
+                     else self._stored_version(a.name, v))
             accesses.append(Access(uri=a.name, role="input", digest=_stored(v.digest),
                                    size=v.size, mtime_ns=v.state.mtime_ns if v.state else None,
                                    path_read=a.read_via[0] if a.read_via else None,
-                                   note=v.why if v.digest is None else None))
+                                   note=v.why if v.digest is None else None,
+                                   object_version=a.obj and a.obj.version))
         for a in io.outputs:
             v = captured.outputs.get(a.path) or _GONE
+            obj_version = a.obj and a.obj.version
+            if v.digest is None and a.obj and a.obj.source:  # a copy: its source's bytes
+                v = self._stored_object(*a.obj.source, v)
             lifecycle = "OVERWRITE" if a.existed else "CREATE"
-            outputs.append(self._dataset(a.name, v.digest, v.size, lifecycle, unknown=v.why))
+            outputs.append(self._dataset(a.name, v.digest, v.size, lifecycle, unknown=v.why,
+                                         object_version=obj_version))
             accesses.append(Access(uri=a.name, role="output", digest=_stored(v.digest),
                                    size=v.size, mtime_ns=v.state.mtime_ns if v.state else None,
-                                   note=v.why))
+                                   note=v.why if v.digest is None else None,
+                                   object_version=obj_version))
         for a in io.deleted:
             outputs.append(self._dataset(a.name, None, None, "DROP"))
             accesses.append(Access(uri=a.name, role="deleted", digest=None))

@@ -122,7 +122,17 @@ struct roar_record {
 #define ROAR_OP_START 17u     /* first record of a log: path = executable, path2 = argv */
 #define ROAR_OP_EXIT 18u      /* process exiting normally (destructor); absent after a kill */
 #define ROAR_OP_DUP 19u       /* fd -> result */
-#define ROAR_OP_MAX 19u
+#define ROAR_OP_OBJECT 20u    /* object-store access (roar_object): path = URI, path2 = NUL-
+                               * separated key=value fields, flags = ROAR_OBJ_*, result =
+                               * size or -1 */
+#define ROAR_OP_MAX 20u
+
+/* Object access kinds (flags of ROAR_OP_OBJECT). */
+#define ROAR_OBJ_READ 1u   /* a GET (whole or ranged) */
+#define ROAR_OBJ_WRITE 2u  /* a PUT, a completed multipart upload, a copy's target */
+#define ROAR_OBJ_DELETE 3u
+#define ROAR_OBJ_DIGEST 4u /* the blake3 of a body read earlier, once it was read whole */
+#define ROAR_OBJ_UNSEEN 5u /* S3 I/O the hook cannot see: path = the client's name */
 
 /* Record flags. */
 #define ROAR_RF_STAT 0x1u          /* st_* fields are valid (a read-only open of a regular file: its state as opened) */

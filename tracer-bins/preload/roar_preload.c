@@ -194,6 +194,7 @@ static TLS int t_busy;
 static TLS int t_vfork __attribute__((used));
 static TLS uint32_t t_tid;
 static TLS int t_has_tag;
+static TLS int t_adopted; /* t_tag was lent by another thread (roar_thread_adopt) */
 static TLS int t_slot = -1;
 static TLS struct tag_buf t_tag;
 
@@ -1771,7 +1772,7 @@ static void record_task(uint16_t op) {
  * long (the caller's tag is then not applied). */
 EXPORT int roar_task_begin(const char *tag) {
     size_t n = cstrlen(tag);
-    if (!n || n > ROAR_MAX_TAG) return -1;
+    if (!n || n > ROAR_MAX_TAG || t_adopted) return -1;
     spin_lock(&tags.lock);
     if (!t_has_tag) {
         tags.active++;
@@ -1793,7 +1794,7 @@ EXPORT int roar_task_begin(const char *tag) {
 }
 
 EXPORT int roar_task_end(void) {
-    if (!t_has_tag) return -1;
+    if (!t_has_tag || t_adopted) return -1;
     record_task(ROAR_OP_TASK_END);
     spin_lock(&tags.lock);
     tags.active--;
@@ -1828,6 +1829,50 @@ EXPORT int roar_process_tag(const char *tag) {
     if (tags.has_base) tag_copy(&tags.base, tag);
     fallback_update();
     spin_unlock(&tags.lock);
+    return 0;
+}
+
+/* The tag records of the calling thread get now (its own, else the process fallback),
+ * copied into buf with a NUL; returns its length, 0 when there is none. */
+EXPORT int roar_thread_tag(char *buf, size_t n) {
+    char tag[ROAR_MAX_TAG + 1];
+    uint32_t rflags = 0;
+    uint16_t len = current_tag(tag, &rflags);
+    if (!buf || n <= len) return len ? -1 : 0;
+    memcpy(buf, tag, len);
+    buf[len] = 0;
+    return len;
+}
+
+/* A pool thread doing work for a task (an S3 transfer's I/O threads) records under that
+ * task's tag, lent by the thread that handed the work over: no TASK_BEGIN, and the task
+ * count that picks the process fallback is untouched.  NULL or "" gives the tag back. */
+EXPORT int roar_thread_adopt(const char *tag) {
+    size_t n = tag ? cstrlen(tag) : 0;
+    if (n > ROAR_MAX_TAG || (t_has_tag && !t_adopted)) return -1;
+    if (!n) {
+        t_has_tag = t_adopted = 0;
+        return 0;
+    }
+    tag_copy(&t_tag, tag);
+    t_has_tag = t_adopted = 1;
+    return 0;
+}
+
+/* An object-store access seen by an in-process hook (roar_core's botocore hook): uri
+ * (s3://bucket/key), kind (ROAR_OBJ_*), and its fields as NUL-separated key=value
+ * strings; size in bytes or -1.  Stamped with the calling thread's tag like a file. */
+EXPORT int roar_object(uint32_t kind, const char *uri, const char *fields, size_t fields_len,
+                       int64_t size) {
+    if (!recording() || !uri) return -1;
+    ENTER(saved);
+    struct ev e = {.op = ROAR_OP_OBJECT, .flags = kind, .result = size};
+    e.p1.s = uri;
+    e.p1.slen = cstrlen(uri);
+    e.p2.s = fields;
+    e.p2.slen = fields ? fields_len : 0;
+    emit(&e);
+    LEAVE(saved);
     return 0;
 }
 
