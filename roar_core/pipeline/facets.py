@@ -48,6 +48,8 @@ class RoarTaskRunFacet(RunFacet):
     command: list[str] | None = attr.field(default=None)
     """argv of the task, secrets already masked."""
     parentTaskId: str | None = attr.field(default=None)
+    unseenObjectIO: list[str] | None = attr.field(default=None)
+    """S3 clients the task ran that roar cannot see (not boto3/botocore)."""
 
     @staticmethod
     def _get_schema() -> str:

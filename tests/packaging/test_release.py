@@ -75,6 +75,7 @@ def test_wheel_holds_stripped_libraries_for_glibc_2_17_without_runpath(artifacts
         wheel_meta = next(n for n in names if n.endswith(".dist-info/WHEEL"))
         assert f"Tag: py3-none-manylinux_2_17_{arch}" in z.read(wheel_meta).decode()
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+    assert "roar_core_s3.pth" in names  # site-packages' top level, where a .pth runs
     libs = sorted(n for n in names if n.endswith(".so"))
     assert libs == ["roar_core/_bin/libroar_hashbatch.so", "roar_core/_bin/libroar_preload.so"]
     machine = {"x86_64": "X86-64", "aarch64": "AArch64"}[arch]
@@ -113,6 +114,13 @@ def test_wheel_installs_with_no_compiler_and_traces(artifacts, tmp_path):
     site = next((tmp_path / "venv" / "lib").glob("python3*/site-packages"))
     assert str(site / "roar_core" / "_bin" / "libroar_preload.so") in doctor.stdout
     assert "native batch hasher" in doctor.stdout
+    # The S3 tracer starts in traced Python processes only (its .pth, from the wheel).
+    watching = "import sys; print(any(type(f).__name__ == '_Watch' for f in sys.meta_path))"
+    for session, expect in ((None, "False"), (str(tmp_path), "True")):
+        penv = {**env, **({"ROAR_SESSION_DIR": session} if session else {})}
+        out = subprocess.run([str(venv / "python"), "-c", watching], env=penv,
+                             capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == expect, (session, out.stdout, out.stderr)
 
     run = subprocess.run([str(venv / "roar-core"), "run", "--wait", "--", "cp", "in.txt",
                           "out.txt"], cwd=work, env=env, capture_output=True, text=True)
