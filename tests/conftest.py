@@ -225,3 +225,23 @@ def s3_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def _empty(client) -> None:
+    for bucket in [b["Name"] for b in client.list_buckets().get("Buckets", [])]:
+        versions = client.list_object_versions(Bucket=bucket)
+        for v in versions.get("Versions", []) + versions.get("DeleteMarkers", []):
+            client.delete_object(Bucket=bucket, Key=v["Key"], VersionId=v["VersionId"])
+        client.delete_bucket(Bucket=bucket)
+
+
+@pytest.fixture
+def s3(s3_url: str) -> Iterator[object]:
+    """A boto3 client of the S3 server, with no bucket in it (before and after the test)."""
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=s3_url, region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing")
+    _empty(client)
+    yield client
+    _empty(client)

@@ -151,13 +151,23 @@ _links: dict[tuple[str, str], str] = {}
 _LINKS_MAX = 4096
 
 
-def _link(bucket: str, key: str, fileobj) -> None:
-    path = fileobj if isinstance(fileobj, str) else getattr(fileobj, "name", None)
-    if not isinstance(path, str):
+# Bodies the transfer manager uploads from memory (a BytesIO): (bucket, key) -> (blake3, size),
+# hashed as the upload starts (its parts go out on pool threads, in any order).
+_held: dict[tuple[str, str], tuple[str, int]] = {}
+
+
+def _link(bucket: str, key: str, fileobj, upload: bool = False) -> None:
+    for table in (_links, _held):
+        if len(table) >= _LINKS_MAX:
+            table.pop(next(iter(table)))
+    if upload and isinstance(fileobj, io.BytesIO):
+        got = _body_digest(fileobj, fileobj.tell())
+        if got is not None:
+            _held[(bucket, key)] = got
         return
-    if len(_links) >= _LINKS_MAX:
-        _links.pop(next(iter(_links)))
-    _links[(bucket, key)] = os.path.abspath(path)
+    path = fileobj if isinstance(fileobj, str) else getattr(fileobj, "name", None)
+    if isinstance(path, str):
+        _links[(bucket, key)] = os.path.abspath(path)
 
 
 class _Upload:
@@ -322,7 +332,7 @@ def _done(http_response, parsed, model, context, **kwargs) -> None:
         vid, etag = _version(parsed)
         fields = {"vid": vid, "etag": etag, "file": _links.get((bucket, key))}
         body, start = context.get("roar_body") or (None, None)
-        got = _body_digest(body, start)
+        got = _body_digest(body, start) or _held.pop((bucket, key), None)
         size = None
         if got is not None:
             fields["digest"], size = got
@@ -355,6 +365,8 @@ def _done(http_response, parsed, model, context, **kwargs) -> None:
         if up is not None and up.why is None and up.next > 1 and len(
                 (p.get("MultipartUpload") or {}).get("Parts") or ()) == up.next - 1:
             fields["digest"], size = up.hasher.hexdigest(), up.size
+        elif (held := _held.pop((bucket, key), None)) is not None:
+            fields["digest"], size = held
         _emit(OBJ_WRITE, uri, fields, size)
     elif op == "AbortMultipartUpload":
         _uploads.pop(p.get("UploadId"), None)
@@ -428,7 +440,7 @@ def _patch_manager(manager) -> None:
     upload, download = cls.upload, cls.download
 
     def linked_upload(self, fileobj, bucket, key, *args, **kwargs):
-        _link(bucket, key, fileobj)
+        _link(bucket, key, fileobj, upload=True)
         return upload(self, fileobj, bucket, key, *args, **kwargs)
 
     def linked_download(self, bucket, key, fileobj, *args, **kwargs):

@@ -20,25 +20,11 @@ import pytest
 from tests.core.test_cli import Cli, make_cli
 from tests.core.test_exact_lineage import events, run
 
-boto3 = pytest.importorskip("boto3")
-
 MiB = 1 << 20
 
 
 def b3(data: bytes) -> str:
     return "blake3:" + blake3.blake3(data).hexdigest()
-
-
-@pytest.fixture
-def s3(s3_url: str):
-    client = boto3.client("s3", endpoint_url=s3_url, region_name="us-east-1",
-                          aws_access_key_id="testing", aws_secret_access_key="testing")
-    for bucket in [b["Name"] for b in client.list_buckets().get("Buckets", [])]:
-        versions = client.list_object_versions(Bucket=bucket)
-        for v in versions.get("Versions", []) + versions.get("DeleteMarkers", []):
-            client.delete_object(Bucket=bucket, Key=v["Key"], VersionId=v["VersionId"])
-        client.delete_bucket(Bucket=bucket)
-    return client
 
 
 @pytest.fixture
@@ -78,6 +64,7 @@ def test_cli_script_get_transform_put_multipart_copy_delete(cli: Cli, s3) -> Non
     s3.put_bucket_versioning(Bucket="clean", VersioningConfiguration={"Status": "Enabled"})
     s3.put_object(Bucket="raw", Key="in.csv", Body=raw)
     s3.put_object(Bucket="raw", Key="old.csv", Body=b"stale\n")
+    s3.put_object(Bucket="raw", Key="old2.csv", Body=b"stale too\n")
     (cli.cwd / "big.bin").write_bytes(big)
     name = script(cli, "etl.py", """
         data = s3.get_object(Bucket="raw", Key="in.csv")["Body"].read()
@@ -94,6 +81,11 @@ def test_cli_script_get_transform_put_multipart_copy_delete(cli: Cli, s3) -> Non
         s3.copy_object(Bucket="clean", Key="copy.csv",
                        CopySource={"Bucket": "clean", "Key": "out.csv"})
         s3.delete_object(Bucket="raw", Key="old.csv")
+        s3.delete_objects(Bucket="raw", Delete={"Objects": [{"Key": "old2.csv"}]})
+        import io
+        s3.upload_fileobj(io.BytesIO(b"from memory " * 100), "clean", "mem.txt")
+        with open("big.bin", "rb") as f:  # multipart, on the transfer manager's threads
+            s3.upload_fileobj(f, "clean", "big2.bin")
         """)
     run_id = py_run(cli, "etl", name)
     got = store_accesses(cli, run_id)
@@ -110,6 +102,9 @@ def test_cli_script_get_transform_put_multipart_copy_delete(cli: Cli, s3) -> Non
     c = got[("output", "s3://clean/copy.csv")]  # copied inside S3: the source's bytes
     assert (c.digest, c.object_version) == (b3(raw.upper()), head["copy.csv"]["VersionId"])
     assert got[("deleted", "s3://raw/old.csv")].digest is None
+    assert got[("deleted", "s3://raw/old2.csv")].digest is None
+    assert got[("output", "s3://clean/mem.txt")].digest == b3(b"from memory " * 100)
+    assert got[("output", "s3://clean/big2.bin")].digest == b3(big)
     assert s3.get_object(Bucket="clean", Key="big.bin")["Body"].read() == big
 
     complete = [e for e in events(cli) if e["eventType"] == "COMPLETE"][-1]

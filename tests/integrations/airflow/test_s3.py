@@ -6,7 +6,6 @@ S3 version."""
 from __future__ import annotations
 
 import blake3
-import pytest
 
 from tests.integrations.airflow.conftest import (
     AirflowHome,
@@ -16,14 +15,10 @@ from tests.integrations.airflow.conftest import (
 )
 from tests.integrations.airflow.olcheck import validate_provider_event
 
-boto3 = pytest.importorskip("boto3")
 
-
-def test_a_task_getting_and_putting_objects(airflow_home: AirflowHome, tmp_path, s3_url):
+def test_a_task_getting_and_putting_objects(airflow_home: AirflowHome, tmp_path, s3, s3_url):
     aws = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
            "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL_S3": s3_url}
-    s3 = boto3.client("s3", endpoint_url=s3_url, region_name="us-east-1",
-                      aws_access_key_id="testing", aws_secret_access_key="testing")
     raw = b"id,name\n" + b"7,seven\n" * 500
     for bucket in ("raw", "clean"):
         s3.create_bucket(Bucket=bucket)
@@ -46,6 +41,3 @@ def test_a_task_getting_and_putting_objects(airflow_home: AirflowHome, tmp_path,
     assert out["contentHash"]["digest"] == blake3.blake3(raw.upper()).hexdigest()
     assert out["version"]["datasetVersion"] == s3.head_object(
         Bucket="clean", Key="out.csv")["ETag"].strip('"')
-    for bucket, key in (("raw", "in.csv"), ("clean", "out.csv")):
-        s3.delete_object(Bucket=bucket, Key=key)
-        s3.delete_bucket(Bucket=bucket)

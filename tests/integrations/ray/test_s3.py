@@ -4,25 +4,24 @@ has exactly the objects its task got and put, with the blake3 of the bytes."""
 from __future__ import annotations
 
 import blake3
-import pytest
 import ray
 
 from tests.olschema import validate_event
 
-boto3 = pytest.importorskip("boto3")
 CREDENTIALS = {"region_name": "us-east-1", "aws_access_key_id": "testing",
                "aws_secret_access_key": "testing"}
 
 
 @ray.remote(scheduling_strategy="SPREAD")
 def clean(url: str, key: str) -> None:
+    import boto3
+
     s3 = boto3.client("s3", endpoint_url=url, **CREDENTIALS)
     data = s3.get_object(Bucket="raw", Key=key)["Body"].read()
     s3.put_object(Bucket="clean", Key=key, Body=data.upper())
 
 
-def test_tasks_get_and_put_objects(ray_job, s3_url):
-    s3 = boto3.client("s3", endpoint_url=s3_url, **CREDENTIALS)
+def test_tasks_get_and_put_objects(ray_job, s3, s3_url):
     keys = [f"part-{i}.csv" for i in range(6)]
     for bucket in ("raw", "clean"):
         s3.create_bucket(Bucket=bucket)
@@ -48,7 +47,3 @@ def test_tasks_get_and_put_objects(ray_job, s3_url):
             Bucket="clean", Key=o["name"])["ETag"].strip('"')
         seen.add(i["name"])
     assert seen == set(keys)
-    for bucket in ("raw", "clean"):
-        for k in keys:
-            s3.delete_object(Bucket=bucket, Key=k)
-        s3.delete_bucket(Bucket=bucket)
