@@ -36,6 +36,7 @@ SUITE: dict[str, tuple[str, list[str], list[str]]] = {
                                                 "--roar-cli-tasks", "100"]),
     "airflow": ("bench_airflow.py", ["--runs", "3"], ["--runs", "2", "--subprocess-runs",
                                                       "1"]),
+    "s3": ("bench_s3.py", [], ["--batches", "10", "--starts", "30"]),
 }
 PEER_AWARE = {"core", "ray"}
 TMP_AWARE = {"core", "ray"}
