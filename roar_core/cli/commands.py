@@ -155,6 +155,23 @@ def lineage(key: str, upstream: bool, depth: int | None, as_json: bool) -> None:
         click.echo("\n".join(views.tree_lines(g)))
 
 
+@cli.command()
+@click.argument("key", metavar="PATH|DIGEST|RUN")
+@click.option("--json", "as_json", is_flag=True, help="The report as JSON.")
+def verify(key: str, as_json: bool) -> None:
+    """Whether a file's recorded lineage (or a run's files) still holds on disk, and which
+    outputs are stale because a version they derive from changed. Exit 1 if any is."""
+    from roar_core.cli import views
+
+    report = views.verify(_load_config(), key)
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        click.echo("\n".join(views.verify_lines(report)))
+    if not report.ok:
+        sys.exit(1)
+
+
 GRAPH_FORMATS = ("dot", "html", "svg")  # roar_core.cli.graph.FORMATS, without importing it here
 
 

@@ -26,7 +26,7 @@ from rich.text import Text
 from roar_core import config as config_mod
 from roar_core.cli import graph as graph_mod
 from roar_core.cli.commands import CLOSE_TIMEOUT_S, EXIT_USAGE, CliError
-from roar_core.cli.wait import display_path, stderr_console
+from roar_core.cli.wait import display_path, short_digest, stderr_console
 from roar_core.lineage import LineageGraph, RunNode, digest_prefix, is_digest
 from roar_core.pipeline.classification import display_name
 from roar_core.pipeline.store import (
@@ -361,6 +361,46 @@ def query(cfg: config_mod.Config, arg: str, directions: list[str],
         raise CliError(f"no lineage recorded for {what}")
     warn_if_changed(arg, key, g.artifacts[g.root].digest if g.root in g.artifacts else None)
     return g
+
+
+def verify(cfg: config_mod.Config, arg: str):
+    """`roar-core verify`'s report (roar_core.cli.verify)."""
+    from roar_core.cli import verify as verify_mod
+    from roar_core.pipeline.capture import hasher_for
+
+    with read_store(cfg) as store:
+        key = arg if store.task_run(arg) is not None else lineage_key(arg, store)
+        with hasher_for(cfg, stat_cache=not home_read_only(cfg)) as hasher:
+            report = verify_mod.verify(store, hasher, key, cfg.match_min_size)
+    if not report.checked:
+        raise CliError(f"no lineage recorded for {shown(arg)}")
+    return report
+
+
+def verify_lines(report) -> list[str]:
+    from roar_core.cli import verify as verify_mod
+
+    cwd = Path.cwd()
+    width = max(len(display_path(c.uri, cwd)) for c in report.checked)
+    lines = []
+    for c in report.checked:
+        line = f"  {c.status.upper():<11} {display_path(c.uri, cwd):<{width}}  " + short_digest(
+            c.recorded)
+        if c.now:
+            line += f" -> now {short_digest(c.now)}"
+        lines.append(line)
+    if report.stale:
+        lines.append("stale (derived from a version that changed or is gone):")
+        for st in report.stale:
+            lines.append(f"  {display_path(st.uri, cwd)}  {short_digest(st.digest)}  written by "
+                         f"{st.job_name} ({st.run_id}), from "
+                         + ", ".join(display_path(b, cwd) for b in st.because))
+    n = {k: sum(c.status == k for c in report.checked) for k in (
+        verify_mod.OK, verify_mod.CHANGED, verify_mod.MISSING)}
+    lines.append(f"roar-core: {len(report.checked)} version(s) checked: {n['ok']} ok, "
+                 f"{n['changed']} changed, {n['missing']} missing; {len(report.stale)} stale "
+                 "output(s)")
+    return lines
 
 
 def warn_if_changed(arg: str, key: str, recorded: str | None) -> None:
