@@ -12,7 +12,10 @@ from pathlib import Path
 from typing import Any
 
 VOLATILE = {"eventTime", "producer", "_producer", "_schemaURL", "schemaURL", "pid", "host",
-            "nominalStartTime", "nominalEndTime", "startTime", "endTime"}
+            "nominalStartTime", "nominalEndTime", "startTime", "endTime",
+            # the machine and Python environment the stream was made on (tests/core/
+            # test_provenance.py checks them against this machine)
+            "roar_machine", "roar_environment"}
 # Versions of the engine and libraries installed (CI installs the newest allowed).
 VERSION_KEYS = {"version", "openlineageAdapterVersion", "openlineage_client_version"}
 ENGINE_IDS = {"engineTaskId", "nodeId"}  # the engine's own ids of a task and node

@@ -287,6 +287,8 @@ _ROAR_IO_SCHEMA = schema_url("1-0-0", "RoarIORunFacet")
 _UNKNOWN_VERSION_SCHEMA = schema_url("1-0-0", "RoarUnknownVersionDatasetFacet")
 _CONTENT_MATCH_SCHEMA = schema_url("1-0-0", "RoarContentMatchRunFacet")
 _ROAR_CODE_SCHEMA = schema_url("1-0-0", "RoarCodeJobFacet")
+_ROAR_MACHINE_SCHEMA = schema_url("1-0-0", "RoarMachineRunFacet")
+_ROAR_ENVIRONMENT_SCHEMA = schema_url("1-0-0", "RoarEnvironmentRunFacet")
 # The job of the runs that stand for an inferred edge (see content_match_event).
 CONTENT_MATCH_JOB = "roar.content_match"
 
@@ -419,6 +421,23 @@ def output_dataset(d: Dataset) -> OutputDataset:
         facets=data.get("facets"),
         outputFacets=data.get("outputFacets"),
     )
+
+
+def provenance_facets() -> dict[str, dict[str, Any]]:
+    """`roar_machine` and `roar_environment` of this process's machine and environment."""
+    from roar_core.pipeline import provenance
+
+    machine, environment = provenance.machine(), provenance.environment()
+    key = (machine.digest, environment.digest)
+    facets = _PROVENANCE_FACETS.get(key)
+    if facets is None:
+        facets = _PROVENANCE_FACETS[key] = {
+            "roar_machine": _facet(_ROAR_MACHINE_SCHEMA, **machine.facet),
+            "roar_environment": _facet(_ROAR_ENVIRONMENT_SCHEMA, **environment.facet)}
+    return facets
+
+
+_PROVENANCE_FACETS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
 
 
 def task_run_facets(t: TaskLineage) -> dict[str, dict[str, Any]]:

@@ -71,6 +71,39 @@ class RoarIORunFacet(RunFacet):
 
 
 @attr.define
+class RoarMachineRunFacet(RunFacet):
+    """The machine a task ran on (roar_core.pipeline.provenance)."""
+
+    host: str
+    cores: int
+    cpuModel: str | None = attr.field(default=None)
+    memoryBytes: int | None = attr.field(default=None)
+    numaNodes: int | None = attr.field(default=None)
+    gpus: list[dict] | None = attr.field(default=None)
+    gpuTopology: str | None = attr.field(default=None)
+
+    @staticmethod
+    def _get_schema() -> str:
+        return schema_url("1-0-0", "RoarMachineRunFacet")
+
+
+@attr.define
+class RoarEnvironmentRunFacet(RunFacet):
+    """The Python environment a task ran in; its package list is in roar's store."""
+
+    python: str
+    packagesDigest: str
+    implementation: str | None = attr.field(default=None)
+    executable: str | None = attr.field(default=None)
+    packageCount: int | None = attr.field(default=None)
+    containerImage: str | None = attr.field(default=None)
+
+    @staticmethod
+    def _get_schema() -> str:
+        return schema_url("1-0-0", "RoarEnvironmentRunFacet")
+
+
+@attr.define
 class RoarSnakemakeRunFacet(RunFacet):
     """A Snakemake job as the workflow declared it: rule, wildcards, params, resources, files."""
 

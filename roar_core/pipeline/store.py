@@ -75,6 +75,7 @@ from roar_core.pipeline.store_schema import (
     AccessRow,
     ArtifactRow,
     FileVersionRow,
+    ProvenanceFactsRow,
     RecorderMarkRow,
     TaskRunRow,
     WorkflowRunRow,
@@ -241,7 +242,7 @@ def _normalize_url(url: str) -> URL:
 # The revision `roar_core/migrations/` ends at (a test keeps the two equal).  Checked before
 # Alembic is imported: every process that opens the store would otherwise pay ~0.1 s of
 # imports to learn that there is nothing to migrate.
-SCHEMA_HEAD = "0004"
+SCHEMA_HEAD = "0005"
 
 
 def _alembic_config() -> Any:
@@ -569,6 +570,20 @@ class Store:
 
     # -- recorder marks (cross-node causal order) -----------------------------------------------
 
+    def put_facts(self, facts: Sequence[tuple[str, str, dict[str, Any]]]) -> None:
+        """(kind, digest, data) of machines and environments (`provenance`), kept once."""
+        now = _utcnow()
+        with self._transaction("cannot record provenance facts", write=True) as conn:
+            for kind, digest, data in facts:
+                conn.execute(_PUT_FACTS, {"digest": digest, "kind": kind, "data": data,
+                                          "first_seen": now})
+
+    def facts(self, digest: str) -> dict[str, Any] | None:
+        """The machine's or environment's facts recorded under `digest`."""
+        with self._transaction("cannot query provenance facts", write=False) as conn:
+            return conn.execute(select(ProvenanceFactsRow.data).where(
+                ProvenanceFactsRow.digest == digest)).scalar_one_or_none()
+
     def set_recorder_mark(self, workflow_run_id: str, recorder: str, mark: datetime,
                           done: bool = False) -> None:
         """`recorder` has recorded (and delivered) every task of its own that ended before
@@ -699,6 +714,7 @@ def _upsert(table: Table, conflict: str) -> TextClause:
     ).bindparams(*(bindparam(c.name, type_=c.type) for c in cols))
 
 
+_PUT_FACTS = _upsert(ProvenanceFactsRow.__table__, "(digest) DO NOTHING")
 _SET_MARK = _upsert(_MARKS, "(workflow_run_id, recorder) DO UPDATE SET mark = excluded.mark,"
                    " alive_at = excluded.alive_at, done = excluded.done")
 

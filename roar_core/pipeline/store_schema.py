@@ -188,6 +188,18 @@ class AccessRow(Base):
     object_version: Mapped[str | None] = mapped_column(Text)
 
 
+class ProvenanceFactsRow(Base):
+    """A machine's or a Python environment's facts (roar_core.pipeline.provenance), once per
+    content: task runs name theirs in `task_runs.environment`."""
+
+    __tablename__ = "provenance_facts"
+
+    digest: Mapped[str] = mapped_column(String(DIGEST_LEN), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    data: Mapped[dict[str, Any]]
+    first_seen: Mapped[datetime]
+
+
 class RecorderMarkRow(Base):
     """How far each recorder of a workflow run has got: every task of its own that ended
     before `mark` is recorded and its events delivered.  Recorders of other nodes read it

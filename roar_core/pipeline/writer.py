@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 
 from roar_core.pipeline import capture as capture_mod
 from roar_core.pipeline import declared as declared_mod
-from roar_core.pipeline import emission, sourcecode
+from roar_core.pipeline import emission, provenance, sourcecode
 from roar_core.pipeline.capture import Capture, Version
 from roar_core.pipeline.classification import PathFilter, TaskIO, shown_text
 from roar_core.pipeline.hashing import Hasher
@@ -159,14 +159,17 @@ def lineage_of(meta: TaskMeta, outcome: TaskOutcome | None = None,
         event_time=outcome.ended_at if outcome else meta.started_at,
         parent=meta.workflow, root=meta.workflow, engine=meta.engine_version,
         error_message=outcome.error if outcome else None,
-        run_facets=meta.run_facets, inputs=inputs or [], outputs=outputs or [],
+        run_facets={**emission.provenance_facets(), **meta.run_facets},
+        inputs=inputs or [], outputs=outputs or [],
         task=_task_info(meta, outcome.dropped if outcome else 0, command), io=meta.io_check,
         code=code or [],
     )
 
 
 def _task_run(meta: TaskMeta) -> TaskRun:
+    machine, env = provenance.machine(), provenance.environment()
     return TaskRun(
+        environment={"machine": machine.digest, "environment": env.digest},
         run_id=meta.run_id, engine=meta.engine, namespace=meta.namespace,
         job_name=meta.job_name, started_at=meta.started_at,
         workflow_run_id=meta.workflow.run_id if meta.workflow else None,
@@ -198,12 +201,21 @@ class LineageWriter:
         self.file_host = file_host
         self.progress = progress
         self.match_min_size = match_min_size
+        self._facts_put = False
 
     def emit(self, event) -> None:
         if self.spool is not None:
             self.spool.append(event)
 
+    def _put_facts(self) -> None:
+        """This process's machine and environment, into the store once."""
+        if not self._facts_put:
+            self.store.put_facts([(f.kind, f.digest, f.data) for f in (
+                provenance.machine(), provenance.environment())])
+            self._facts_put = True
+
     def started(self, meta: TaskMeta) -> None:
+        self._put_facts()
         self.store.start_task_run(_task_run(meta))
         if self.spool is not None:  # else the engine's own integration sends the events
             self.emit(emission.start_event(lineage_of(meta)))
@@ -332,6 +344,7 @@ class LineageWriter:
                captured: Capture | None = None) -> tuple[RecordedTask, list]:
         """Store the task; returns it and its events, to emit in order once stored."""
         # As begun: the trace may yet find the task untraced, which its end records.
+        self._put_facts()
         started = _task_run(meta) if start else None
         start_event = emission.start_event(lineage_of(meta)) if start and self.spool else None
         if captured is None:

@@ -166,6 +166,9 @@ def _warm() -> None:
     import roar_core.recording.recorder  # noqa: F401
 
     try:
+        from roar_core.pipeline import emission
+
+        emission.provenance_facets()  # the machine and package set, taken once here
         with tempfile.TemporaryDirectory(prefix="roar-warm-") as d:
             _rehearse(Path(d))
     except Exception as exc:  # noqa: BLE001 - a warm-up: its children only do more work

@@ -338,6 +338,8 @@ CUSTOM = {
     "roar_task": (facets.RoarTaskRunFacet, "RunFacet"),
     "roar_io": (facets.RoarIORunFacet, "RunFacet"),
     "roar_snakemake": (facets.RoarSnakemakeRunFacet, "RunFacet"),
+    "roar_machine": (facets.RoarMachineRunFacet, "RunFacet"),
+    "roar_environment": (facets.RoarEnvironmentRunFacet, "RunFacet"),
 }
 
 

@@ -1,0 +1,59 @@
+"""The machine and Python environment of a run, against this machine's own account of
+itself (/proc, /sys, the installed distributions), read here independently of roar."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import blake3
+
+from tests.core.test_cli import make_cli
+from tests.core.test_exact_lineage import events, run
+
+
+def _meminfo_bytes() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no MemTotal")
+
+
+def test_runs_name_their_machine_and_environment(tmp_path) -> None:
+    cli = make_cli(tmp_path)
+    (cli.cwd / "a.txt").write_text("a\n")
+    run_id = run(cli, "copy", "cp a.txt b.txt", wait=True)
+    complete = [e for e in events(cli) if e["eventType"] == "COMPLETE"][-1]  # validated
+
+    machine = complete["run"]["facets"]["roar_machine"]
+    assert machine["host"] == socket.gethostname()
+    assert machine["cores"] == os.cpu_count()
+    assert machine["memoryBytes"] == _meminfo_bytes()
+    nodes = [n for n in os.listdir("/sys/devices/system/node") if n[4:].isdigit()]
+    assert machine["numaNodes"] == len(nodes)
+    if not any(Path(d, "nvidia-smi").exists() for d in os.environ["PATH"].split(os.pathsep)):
+        assert "gpus" not in machine and "gpuTopology" not in machine  # absent, no error
+
+    env = complete["run"]["facets"]["roar_environment"]
+    # The recorder runs in this test's environment (the roar-core next to this Python).
+    packages = sorted({f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions()
+                       if d.metadata["Name"]}, key=str.lower)
+    text = json.dumps({"packages": packages}, sort_keys=True, separators=(",", ":"))
+    assert env["packagesDigest"] == "blake3:" + blake3.blake3(text.encode()).hexdigest()
+    assert env["packageCount"] == len(packages)
+    assert env["python"] == sys.version.split()[0]
+    assert "packages" not in env  # the list stays in the store
+
+    from roar_core import config
+    from roar_core.pipeline.store import Store
+
+    cfg = config.load(cwd=cli.cwd, env=cli.env)
+    with Store.open(cfg.database_url, cfg.home) as store:
+        named = store.task_run(run_id).environment
+        facts = store.facts(named["environment"])
+        assert facts["packages"] == packages
+        assert store.facts(named["machine"])["host"] == socket.gethostname()
