@@ -172,6 +172,25 @@ def verify(key: str, as_json: bool) -> None:
         sys.exit(1)
 
 
+@cli.command()
+@click.argument("a", metavar="A")
+@click.argument("b", metavar="B")
+@click.option("--json", "as_json", is_flag=True, help="The differences as JSON.")
+def diff(a: str, b: str, as_json: bool) -> None:
+    """What differs between two task runs (run ids, or the runs that produced two versions
+    of a file: paths or digests): inputs, outputs, code, parameters, environment, machine.
+    Exit 1 when they differ."""
+    from roar_core.cli import views
+
+    d = views.diff(_load_config(), a, b)
+    if as_json:
+        click.echo(json.dumps(d.to_dict(), indent=2, default=str))
+    else:
+        click.echo("\n".join(views.diff_lines(d)))
+    if not d.same:
+        sys.exit(1)
+
+
 GRAPH_FORMATS = ("dot", "html", "svg")  # roar_core.cli.graph.FORMATS, without importing it here
 
 

@@ -372,8 +372,8 @@ def verify(cfg: config_mod.Config, arg: str):
         key = arg if store.task_run(arg) is not None else lineage_key(arg, store)
         with hasher_for(cfg, stat_cache=not home_read_only(cfg)) as hasher:
             report = verify_mod.verify(store, hasher, key, cfg.match_min_size)
-    if not report.checked:
-        raise CliError(f"no lineage recorded for {shown(arg)}")
+    if not report.checked:  # 2, not 1: exit 1 says something no longer holds
+        raise CliError(f"no lineage recorded for {shown(arg)}", EXIT_USAGE)
     return report
 
 
@@ -400,6 +400,45 @@ def verify_lines(report) -> list[str]:
     lines.append(f"roar-core: {len(report.checked)} version(s) checked: {n['ok']} ok, "
                  f"{n['changed']} changed, {n['missing']} missing; {len(report.stale)} stale "
                  "output(s)")
+    return lines
+
+
+def diff(cfg: config_mod.Config, a: str, b: str):
+    """`roar-core diff`'s comparison (roar_core.cli.diff)."""
+    from roar_core.cli import diff as diff_mod
+
+    with read_store(cfg) as store:
+        keys = [k if store.task_run(k) is not None else lineage_key(k, store) for k in (a, b)]
+        try:
+            return diff_mod.diff(store, *keys)
+        except diff_mod.NoRun as e:  # 2, not 1: exit 1 says the runs differ
+            raise CliError(str(e), EXIT_USAGE) from None
+
+
+def diff_lines(d) -> list[str]:
+    cwd = Path.cwd()
+
+    def shown_value(v) -> str:
+        if v is None:
+            return "-"
+        if isinstance(v, str) and v.startswith("blake3:"):
+            return short_digest(v)
+        if isinstance(v, list):
+            return " ".join(map(str, v))
+        return str(v)
+
+    lines = [f"A  {d.a.job_name}  {d.a.run_id}  {when(d.a.started_at)}",
+             f"B  {d.b.job_name}  {d.b.run_id}  {when(d.b.started_at)}"]
+    for section, changes in d.sections.items():
+        if not changes:
+            continue
+        lines.append(f"{section}:")
+        for c in changes:
+            mark = "+" if c.a is None else "-" if c.b is None else "~"
+            name = display_path(c.name, cwd)
+            lines.append(f"  {mark} {name}  {shown_value(c.a)} -> {shown_value(c.b)}")
+    if d.same:
+        lines.append("roar-core: no difference")
     return lines
 
 
