@@ -191,6 +191,33 @@ def diff(a: str, b: str, as_json: bool) -> None:
         sys.exit(1)
 
 
+@cli.command()
+@click.argument("key", metavar="PATH|DIGEST")
+@click.option("--run", "do_run", is_flag=True,
+              help="Re-execute the pipeline (of `roar-core run` commands) in a scratch "
+                   "directory and compare the outputs' digests.")
+@click.option("--scratch", type=click.Path(file_okay=False, path_type=Path),
+              help="Where to re-execute (default: a new temporary directory).")
+@click.option("--json", "as_json", is_flag=True, help="The plan (and outcome) as JSON.")
+def reproduce(key: str, do_run: bool, scratch: Path | None, as_json: bool) -> None:
+    """The plan to make a file again: its runs in order, with commands, code, inputs (still
+    there?) and environment; `--run` does it. Exit 1 when an output came out different."""
+    from roar_core.cli import views
+
+    plan, outcome, where = views.reproduce(_load_config(), key, do_run, scratch)
+    if as_json:
+        data = plan.to_dict()
+        if outcome is not None:
+            data["scratch"] = str(where)
+            data["outcome"] = [{"uri": o.uri, "recorded": o.recorded, "again": o.again,
+                                "identical": o.identical} for o in outcome]
+        click.echo(json.dumps(data, indent=2, default=str))
+    else:
+        click.echo("\n".join(views.reproduce_lines(plan, outcome, where)))
+    if outcome is not None and not all(o.identical for o in outcome):
+        sys.exit(1)
+
+
 GRAPH_FORMATS = ("dot", "html", "svg")  # roar_core.cli.graph.FORMATS, without importing it here
 
 

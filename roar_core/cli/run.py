@@ -168,7 +168,7 @@ def begin(cfg: Config, argv: list[str], job_name: str, traced: bool,
     meta = {"run_id": new_run_id(), "engine": "cli", "namespace": cfg.namespace,
             "job_name": job_name, "started_at": datetime.now(timezone.utc).isoformat(),
             "command": list(argv), "host": socket.gethostname(), "pid": os.getpid(),
-            "traced": traced, "untraced_reason": untraced_reason}
+            "traced": traced, "untraced_reason": untraced_reason, "cwd": os.getcwd()}
     own_name = f"{RUN_PREFIX}{uuid.uuid4().hex}"
     problems = []
     from roar_core.recording import recorder

@@ -64,7 +64,7 @@ def verify(store: Store, hasher: Hasher, key: str, min_size: int | None) -> Repo
     else:
         g = store.lineage(key, "upstream", None, min_size)
         versions = {(a.uri, a.digest) for a in g.artifacts.values() if a.digest}
-    checked = _check(hasher, sorted(versions))
+    checked = check(hasher, sorted(versions))
     return Report(key, checked, _stale(store, checked, min_size))
 
 
@@ -72,7 +72,7 @@ def _looks_like_run_id(key: str) -> bool:
     return len(key) == 36 and key.count("-") == 4
 
 
-def _check(hasher: Hasher, versions: list[tuple[str, str]]) -> list[Checked]:
+def check(hasher: Hasher, versions: list[tuple[str, str]]) -> list[Checked]:
     local = [Path(uri) for uri, _ in versions if uri.startswith("/")]
     found = hasher.hash_files(local) if local else {}
     out = []

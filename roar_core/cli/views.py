@@ -442,6 +442,60 @@ def diff_lines(d) -> list[str]:
     return lines
 
 
+def reproduce(cfg: config_mod.Config, arg: str, do_run: bool, scratch: Path | None):
+    """`roar-core reproduce`'s plan, and its outcome when run (roar_core.cli.reproduce)."""
+    import tempfile
+
+    from roar_core.cli import reproduce as rep
+    from roar_core.pipeline.capture import hasher_for
+
+    with read_store(cfg) as store:
+        key = lineage_key(arg, store)
+        with hasher_for(cfg, stat_cache=not home_read_only(cfg)) as hasher:
+            plan = rep.plan(store, hasher, key, cfg.match_min_size)
+    if not plan.steps:
+        raise CliError(f"no recorded run produced {shown(arg)}", EXIT_USAGE)
+    if not do_run:
+        return plan, None, None
+    where = scratch or Path(tempfile.mkdtemp(prefix="roar-reproduce-"))
+    try:
+        return plan, rep.rerun(plan, where, rep.roar_core_program()), where
+    except rep.CannotReproduce as e:
+        raise CliError(f"cannot reproduce {shown(arg)}: {e}") from None
+
+
+def reproduce_lines(plan, outcome, where) -> list[str]:
+    cwd = Path.cwd()
+    lines = []
+    for n, s in enumerate(plan.steps, 1):
+        r = s.run
+        lines.append(f"{n}. {r.job_name}  ({r.engine}, run {r.run_id})")
+        if r.command:
+            lines.append(f"   command  {' '.join(r.command)}")
+        if s.cwd:
+            lines.append(f"   in       {s.cwd}")
+        for c in r.code:
+            lines.append(f"   code     {display_path(c.path, cwd)}  {short_digest(c.digest)}")
+        for i in s.inputs:
+            state = "" if i.status == "ok" else f"  [{i.status.upper()}]"
+            lines.append(f"   input    {display_path(i.uri, cwd)}  {short_digest(i.recorded)}"
+                         + state)
+        for uri, digest in s.outputs:
+            lines.append(f"   output   {display_path(uri, cwd)}  {short_digest(digest)}")
+        if r.environment.get("environment"):
+            lines.append(f"   python environment {short_digest(r.environment['environment'])}"
+                         f", machine {short_digest(r.environment.get('machine'))}")
+    if outcome is not None:
+        lines.append(f"re-executed in {where}:")
+        for o in outcome:
+            verdict = "identical" if o.identical else (
+                "NOT MADE" if o.again is None else f"DIFFERS: {short_digest(o.again)}")
+            lines.append(f"  {display_path(o.uri, cwd)}  {short_digest(o.recorded)}  {verdict}")
+        same = sum(o.identical for o in outcome)
+        lines.append(f"roar-core: {same} of {len(outcome)} output(s) identical")
+    return lines
+
+
 def warn_if_changed(arg: str, key: str, recorded: str | None) -> None:
     """The lineage of a file is that of its last recorded version: say so on stderr when
     the file there now has other content, or is gone (one read of the file; read-only)."""

@@ -58,6 +58,8 @@ class TaskMeta:
     """Files the engine declared (inputs/outputs compared with the trace into `io_check`)."""
     unseen_io: list[str] = field(default_factory=list)
     """S3 clients the task ran whose transfers roar cannot see (set from the trace)."""
+    cwd: str | None = None
+    """The working directory its command started in (`roar-core reproduce` runs it there)."""
     secrets: tuple[str, ...] = ()
     """Values the engine knows to be secret (parameters named like one): masked wherever
     they appear in the command, in events and in the store."""
@@ -168,8 +170,11 @@ def lineage_of(meta: TaskMeta, outcome: TaskOutcome | None = None,
 
 def _task_run(meta: TaskMeta) -> TaskRun:
     machine, env = provenance.machine(), provenance.environment()
+    named = {"machine": machine.digest, "environment": env.digest}
+    if meta.cwd:
+        named["cwd"] = meta.cwd
     return TaskRun(
-        environment={"machine": machine.digest, "environment": env.digest},
+        environment=named,
         run_id=meta.run_id, engine=meta.engine, namespace=meta.namespace,
         job_name=meta.job_name, started_at=meta.started_at,
         workflow_run_id=meta.workflow.run_id if meta.workflow else None,

@@ -57,7 +57,7 @@ WAKE = "recorder.wake"  # a FIFO the recorder waits on between passes
 WAIT_PREFIX = "wait-"  # FIFOs of producers waiting for one task, or for their whole log
 _META_FIELDS = ("run_id", "engine", "namespace", "job_name", "engine_task_id", "attempt",
                 "parent_run_id", "command", "host", "pid", "node_id", "traced",
-                "untraced_reason")
+                "untraced_reason", "cwd")
 _OPEN_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
 
 
