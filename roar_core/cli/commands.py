@@ -24,8 +24,9 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 
@@ -164,11 +165,14 @@ def verify(key: str, as_json: bool) -> None:
     from roar_core.cli import views
 
     report = views.verify(_load_config(), key)
-    if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2))
-    else:
-        click.echo("\n".join(views.verify_lines(report)))
-    if not report.ok:
+    _report(as_json, report.to_dict, lambda: views.verify_lines(report), report.ok)
+
+
+def _report(as_json: bool, data: Callable[[], Any], lines: Callable[[], list[str]],
+            ok: bool) -> None:
+    """A checking command's answer, as JSON or text; exit 1 when what it checks is not so."""
+    click.echo(json.dumps(data(), indent=2, default=str) if as_json else "\n".join(lines()))
+    if not ok:
         sys.exit(1)
 
 
@@ -183,12 +187,7 @@ def diff(a: str, b: str, as_json: bool) -> None:
     from roar_core.cli import views
 
     d = views.diff(_load_config(), a, b)
-    if as_json:
-        click.echo(json.dumps(d.to_dict(), indent=2, default=str))
-    else:
-        click.echo("\n".join(views.diff_lines(d)))
-    if not d.same:
-        sys.exit(1)
+    _report(as_json, d.to_dict, lambda: views.diff_lines(d), d.same)
 
 
 @cli.command()
@@ -205,17 +204,17 @@ def reproduce(key: str, do_run: bool, scratch: Path | None, as_json: bool) -> No
     from roar_core.cli import views
 
     plan, outcome, where = views.reproduce(_load_config(), key, do_run, scratch)
-    if as_json:
-        data = plan.to_dict()
+
+    def data() -> dict:
+        d = plan.to_dict()
         if outcome is not None:
-            data["scratch"] = str(where)
-            data["outcome"] = [{"uri": o.uri, "recorded": o.recorded, "again": o.again,
-                                "identical": o.identical} for o in outcome]
-        click.echo(json.dumps(data, indent=2, default=str))
-    else:
-        click.echo("\n".join(views.reproduce_lines(plan, outcome, where)))
-    if outcome is not None and not all(o.identical for o in outcome):
-        sys.exit(1)
+            d["scratch"] = str(where)
+            d["outcome"] = [{"uri": o.uri, "recorded": o.recorded, "again": o.again,
+                             "identical": o.identical} for o in outcome]
+        return d
+
+    _report(as_json, data, lambda: views.reproduce_lines(plan, outcome, where),
+            outcome is None or all(o.identical for o in outcome))
 
 
 GRAPH_FORMATS = ("dot", "html", "svg")  # roar_core.cli.graph.FORMATS, without importing it here
