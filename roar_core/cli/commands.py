@@ -165,10 +165,10 @@ def verify(key: str, as_json: bool) -> None:
     from roar_core.cli import views
 
     report = views.verify(_load_config(), key)
-    _report(as_json, report.to_dict, lambda: views.verify_lines(report), report.ok)
+    _answer(as_json, report.to_dict, lambda: views.verify_lines(report), report.ok)
 
 
-def _report(as_json: bool, data: Callable[[], Any], lines: Callable[[], list[str]],
+def _answer(as_json: bool, data: Callable[[], Any], lines: Callable[[], list[str]],
             ok: bool) -> None:
     """A checking command's answer, as JSON or text; exit 1 when what it checks is not so."""
     click.echo(json.dumps(data(), indent=2, default=str) if as_json else "\n".join(lines()))
@@ -187,7 +187,7 @@ def diff(a: str, b: str, as_json: bool) -> None:
     from roar_core.cli import views
 
     d = views.diff(_load_config(), a, b)
-    _report(as_json, d.to_dict, lambda: views.diff_lines(d), d.same)
+    _answer(as_json, d.to_dict, lambda: views.diff_lines(d), d.same)
 
 
 @cli.command()
@@ -213,7 +213,7 @@ def reproduce(key: str, do_run: bool, scratch: Path | None, as_json: bool) -> No
                              "identical": o.identical} for o in outcome]
         return d
 
-    _report(as_json, data, lambda: views.reproduce_lines(plan, outcome, where),
+    _answer(as_json, data, lambda: views.reproduce_lines(plan, outcome, where),
             outcome is None or all(o.identical for o in outcome))
 
 
