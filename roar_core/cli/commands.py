@@ -217,6 +217,23 @@ def reproduce(key: str, do_run: bool, scratch: Path | None, as_json: bool) -> No
             outcome is None or all(o.identical for o in outcome))
 
 
+@cli.command()
+@click.argument("key", metavar="RUN|PATH|DIGEST")
+@click.option("--format", "fmt", type=click.Choice(["ro-crate", "prov"]), required=True)
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
+              help="ro-crate: the crate's directory; prov: the PROV-JSON file.")
+@click.option("--license", "license_url", metavar="URL",
+              help="The crate's license (an SPDX URL, for instance).")
+def export(key: str, fmt: str, output: Path, license_url: str | None) -> None:
+    """A run, or a file's recorded lineage, as a Workflow Run RO-Crate (Process Run Crate
+    profile) or W3C PROV-JSON."""
+    from roar_core.cli import views
+
+    written = views.export(_load_config(), key, fmt, output, license_url)
+    print(f"roar-core: wrote {fmt} of {views.shown(key)} to {views.shown(str(written))}",
+          file=sys.stderr)
+
+
 GRAPH_FORMATS = ("dot", "html", "svg")  # roar_core.cli.graph.FORMATS, without importing it here
 
 

@@ -496,6 +496,32 @@ def reproduce_lines(plan, outcome, where) -> list[str]:
     return lines
 
 
+def export(cfg: config_mod.Config, arg: str, fmt: str, output: Path,
+           license_url: str | None) -> Path:
+    """`roar-core export` (roar_core.cli.export): the file it wrote."""
+    from roar_core.cli import export as export_mod
+    from roar_core.cli import reproduce as rep
+    from roar_core.pipeline.capture import hasher_for
+
+    with read_store(cfg) as store:
+        if store.task_run(arg) is not None:
+            plan = export_mod.run_plan(store, arg)
+        else:
+            key = lineage_key(arg, store)
+            with hasher_for(cfg, stat_cache=not home_read_only(cfg)) as hasher:
+                plan = rep.plan(store, hasher, key, cfg.match_min_size)
+    if not plan.steps:
+        raise CliError(f"no recorded run produced {shown(arg)}", EXIT_USAGE)
+    try:
+        if fmt == "ro-crate":
+            return export_mod.ro_crate(plan, output, license_url)
+        return export_mod.prov_json(plan, output)
+    except export_mod.MissingLibrary as e:
+        raise CliError(str(e), EXIT_USAGE) from None
+    except OSError as e:
+        raise CliError(f"cannot write {shown(str(output))}: {e.strerror or e}") from None
+
+
 def warn_if_changed(arg: str, key: str, recorded: str | None) -> None:
     """The lineage of a file is that of its last recorded version: say so on stderr when
     the file there now has other content, or is gone (one read of the file; read-only)."""
