@@ -3,6 +3,8 @@ has exactly the objects its task got and put, with the blake3 of the bytes."""
 
 from __future__ import annotations
 
+import os
+
 import blake3
 import ray
 
@@ -47,3 +49,21 @@ def test_tasks_get_and_put_objects(ray_job, s3, s3_url):
             Bucket="clean", Key=o["name"])["ETag"].strip('"')
         seen.add(i["name"])
     assert seen == set(keys)
+
+    # A Ray task run exports as PROV-JSON: the objects it used and generated.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import prov
+
+    run_id = events[0]["run"]["runId"]
+    out = ray_job.home.parent / "task.prov.json"
+    subprocess.run([str(Path(sys.executable).parent / "roar-core"), "export", run_id,
+                    "--format", "prov", "-o", str(out)], check=True,
+                   env={**os.environ, "ROAR_HOME": str(ray_job.home)})
+    doc = prov.read(str(out), format="json")
+    where = {str(next(iter(r.get_attribute("prov:location"))))
+             for r in doc.get_records() if r.get_type().localpart == "Entity"}
+    (i,), (o,) = events[0]["inputs"], events[0]["outputs"]
+    assert where == {f"{i['namespace']}/{i['name']}", f"{o['namespace']}/{o['name']}"}

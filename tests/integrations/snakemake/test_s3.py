@@ -3,10 +3,15 @@ objects it got and put, with the blake3 of the bytes and S3's own version."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 import textwrap
 
 import blake3
+
+from tests.integrations.snakemake.conftest import BIN
 
 SNAKEFILE = textwrap.dedent(f'''
     rule all:
@@ -51,3 +56,16 @@ def test_a_job_reading_and_writing_s3(tmp_path, smk, lineage, s3, s3_url, monkey
     # S3 objects are not declared files: the I/O check names them, truthfully.
     io = job["run"]["facets"]["roar_io"]
     assert "s3://raw/in.csv" in io["undeclaredReads"]
+
+    # The job's lineage exports: a Process Run Crate with the objects as data entities.
+    from tests.core.test_export import validate_crate
+
+    env = {**os.environ, "ROAR_HOME": str(wd / ".roar-home")}
+    subprocess.run([str(BIN / "roar-core"), "export", "done.txt", "--format", "ro-crate",
+                    "-o", str(tmp_path / "crate")], cwd=wd, env=env, check=True)
+    assert validate_crate(tmp_path / "crate")["passed"]
+    graph = json.loads((tmp_path / "crate" / "ro-crate-metadata.json").read_text())["@graph"]
+    (action,) = [e for e in graph if e["@type"] == "CreateAction"]
+    assert action["identifier"] == job["run"]["runId"]
+    ids = {e["@id"]: e for e in graph}
+    assert ids["s3://raw/in.csv"]["identifier"] == "blake3:" + blake3.blake3(raw).hexdigest()
