@@ -62,6 +62,14 @@ def run_of(store: Store, key: str) -> TaskRunRecord:
     return run
 
 
+def code_version(c) -> dict[str, Any]:
+    """A script as run: its digest, and its commit and dirty flag when it is in git."""
+    v: dict[str, Any] = {"digest": _canonical(c.digest)}
+    if c.commit:
+        v.update(repo=c.repo, commit=c.commit, dirty=c.dirty)
+    return v
+
+
 def _canonical(digest: str) -> str:
     return digest if digest.startswith("blake3:") else "blake3:" + digest
 
@@ -82,7 +90,7 @@ def diff(store: Store, key_a: str, key_b: str) -> Diff:
         files = [{x.uri: x.digest for x in store.accesses_of(r.run_id) if x.role == role}
                  for r in (a, b)]
         d.sections[role + "s"] = _compare(*files)
-    d.sections["code"] = _compare(*({c.path: _canonical(c.digest) for c in r.code}
+    d.sections["code"] = _compare(*({c.path: code_version(c) for c in r.code}
                                     for r in (a, b)))
     d.sections["parameters"] = _compare({"command": a.command, "job": a.job_name},
                                         {"command": b.command, "job": b.job_name})

@@ -40,7 +40,7 @@ class Step:
         r = self.run
         return {"run_id": r.run_id, "job_name": r.job_name, "engine": r.engine,
                 "command": r.command, "cwd": self.cwd,
-                "code": [{"path": c.path, "digest": c.digest} for c in r.code],
+                "code": [vars(c) for c in r.code],
                 "environment": r.environment.get("environment"),
                 "machine": r.environment.get("machine"),
                 "inputs": [vars(i) for i in self.inputs],

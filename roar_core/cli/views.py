@@ -423,6 +423,11 @@ def diff_lines(d) -> list[str]:
             return "-"
         if isinstance(v, str) and v.startswith("blake3:"):
             return short_digest(v)
+        if isinstance(v, dict) and "digest" in v:  # a script: digest, commit, dirty
+            text = short_digest(v["digest"])
+            if v.get("commit"):
+                text += f" at {v['commit'][:12]}" + (" (dirty)" if v.get("dirty") else "")
+            return text
         if isinstance(v, list):
             return " ".join(map(str, v))
         return str(v)
@@ -475,7 +480,10 @@ def reproduce_lines(plan, outcome, where) -> list[str]:
         if s.cwd:
             lines.append(f"   in       {s.cwd}")
         for c in r.code:
-            lines.append(f"   code     {display_path(c.path, cwd)}  {short_digest(c.digest)}")
+            at = f"  {c.repo} at {c.commit[:12]}" + (" (dirty)" if c.dirty else "") if (
+                c.commit) else ""
+            lines.append(f"   code     {display_path(c.path, cwd)}  "
+                         f"{short_digest('blake3:' + c.digest.removeprefix('blake3:'))}{at}")
         for i in s.inputs:
             state = "" if i.status == "ok" else f"  [{i.status.upper()}]"
             lines.append(f"   input    {display_path(i.uri, cwd)}  {short_digest(i.recorded)}"

@@ -978,7 +978,7 @@ def _task_record(row: Row[Any]) -> TaskRunRecord:
         exit_code=row.exit_code,
         error_message=row.error_message,
         command=list(row.command),
-        code=[CodeFile(c["path"], c["digest"]) for c in row.code],
+        code=[CodeFile(**c) for c in row.code],
         environment=dict(row.environment),
         traced=row.traced,
         untraced_reason=row.untraced_reason,

@@ -36,6 +36,12 @@ class StoreError(Exception):
 class CodeFile:
     path: str
     digest: str
+    # Where it is in git, when it is (roar_core.pipeline.sourcecode): the repository's URL
+    # (no credentials), the commit checked out, its path there, whether it differed.
+    repo: str | None = None
+    commit: str | None = None
+    repo_path: str | None = None
+    dirty: bool | None = None
 
 
 @dataclass
@@ -223,10 +229,13 @@ def checked_access(a: Access) -> Access:
                   a.object_version)
 
 
-def code_json(code: Iterable[CodeFile]) -> list[dict[str, str]]:
+def code_json(code: Iterable[CodeFile]) -> list[dict[str, Any]]:
     out = []
     for c in code:
         if not isinstance(c, CodeFile):
             raise TypeError(f"code items must be CodeFile, not {type(c).__name__}")
-        out.append({"path": c.path, "digest": c.digest})
+        d: dict[str, Any] = {"path": c.path, "digest": c.digest}
+        if c.commit is not None:
+            d.update(repo=c.repo, commit=c.commit, repo_path=c.repo_path, dirty=c.dirty)
+        out.append(d)
     return out

@@ -400,8 +400,13 @@ class LineageWriter:
             accesses.append(Access(uri=a.name, role="deleted", digest=None))
         for a in io.transient:
             accesses.append(Access(uri=a.name, role="transient", digest=None))
-        code = [CodeFile(a.name, v.digest) for a in io.code
-                if (v := captured.code.get(a.path)) is not None and v.digest is not None]
+        found = [(a.name, "blake3:" + v.digest) for a in io.code
+                 if (v := captured.code.get(a.path)) is not None and v.digest is not None]
+        # Where each script is in git, stored with the run (diff, reproduce) and sent.
+        versions = sourcecode.versions(found) if found else []
+        code = [CodeFile(c.path, c.digest.removeprefix("blake3:"),
+                         c.repo.url if c.repo else None, c.repo.commit if c.repo else None,
+                         c.repo_path, c.dirty) for c in versions]
         recorded = self.store.finish_task_run(
             meta.run_id, outcome.status, outcome.ended_at, exit_code=outcome.exit_code,
             error_message=outcome.error, dropped_events=outcome.dropped, code=code,
@@ -416,7 +421,5 @@ class LineageWriter:
             events += self._content_matches(meta, recorded)
             make = {"COMPLETE": emission.complete_event, "FAIL": emission.fail_event,
                     "ABORT": emission.abort_event}[outcome.status]
-            versions = sourcecode.versions(
-                [(c.path, "blake3:" + c.digest) for c in code]) if code else []
             events.append(make(lineage_of(meta, outcome, inputs, outputs, versions)))
         return RecordedTask(meta, outcome, captured, inputs, outputs), events

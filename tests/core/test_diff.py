@@ -35,7 +35,8 @@ def test_diff_names_what_changed(tmp_path) -> None:
     assert d["inputs"] == [{"name": str(w / "in.txt"), "a": b3(b"one\n"), "b": b3(b"two\n")}]
     assert d["outputs"] == [{"name": str(w / "out.txt"), "a": b3(out_a), "b": b3(out_b)}]
     code = (cli.cwd / "step.py").read_bytes()
-    assert d["code"] == [{"name": str(w / "step.py"), "a": b3(script.encode()), "b": b3(code)}]
+    assert d["code"] == [{"name": str(w / "step.py"), "a": {"digest": b3(script.encode())},
+                          "b": {"digest": b3(code)}}]  # not in git: no commit
     assert d["parameters"] == [] and d["environment"] == [] and d["machine"] == []
 
     # The same two runs, named by the versions of out.txt they produced.
@@ -50,3 +51,38 @@ def test_diff_names_what_changed(tmp_path) -> None:
     same = cli("diff", a, a)
     assert same.returncode == 0 and b"no difference" in same.stdout
     assert cli("diff", a, "no-such-file").returncode == 2  # 1 would mean "they differ"
+
+
+def git(cwd, *args: str) -> str:
+    import subprocess
+
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                          cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_diff_and_reproduce_name_the_code_commit(tmp_path) -> None:
+    """Runs of a script in a git repository: each run records the commit checked out and
+    whether the script differed from it; a commit between two runs is what diff shows."""
+    cli = make_cli(tmp_path)
+    w = cli.cwd.resolve()
+    git(cli.cwd, "init", "-q")
+    (cli.cwd / "step.py").write_text("print(open('in.txt').read().upper())\n")
+    (cli.cwd / "in.txt").write_text("same input\n")
+    git(cli.cwd, "add", "step.py")
+    git(cli.cwd, "commit", "-qm", "first")
+    first = git(cli.cwd, "rev-parse", "HEAD")
+    a = run(cli, "step", f"{sys.executable} step.py > out.txt", wait=True)
+    (cli.cwd / "step.py").write_text("print(open('in.txt').read().lower())\n")  # edited...
+    dirty = run(cli, "step", f"{sys.executable} step.py > out.txt", wait=True)
+    git(cli.cwd, "commit", "-qam", "second")  # ...then committed
+    second = git(cli.cwd, "rev-parse", "HEAD")
+    b = run(cli, "step", f"{sys.executable} step.py > out.txt", wait=True)
+
+    code = json.loads(cli("diff", "--json", a, b).stdout)["code"]
+    assert [(c["name"], c["a"]["commit"], c["a"]["dirty"], c["b"]["commit"], c["b"]["dirty"])
+            for c in code] == [(str(w / "step.py"), first, False, second, False)]
+    edited = json.loads(cli("diff", "--json", a, dirty).stdout)["code"][0]
+    assert (edited["b"]["commit"], edited["b"]["dirty"]) == (first, True)
+    assert json.loads(cli("diff", "--json", a, b).stdout)["inputs"] == []  # same input
+    steps = json.loads(cli.ok("reproduce", "--json", "out.txt"))["steps"]
+    assert [(s["code"][0]["commit"], s["code"][0]["dirty"]) for s in steps] == [(second, False)]
