@@ -170,8 +170,16 @@ def verify(key: str, as_json: bool) -> None:
 
 def _answer(as_json: bool, data: Callable[[], Any], lines: Callable[[], list[str]],
             ok: bool) -> None:
-    """A checking command's answer, as JSON or text; exit 1 when what it checks is not so."""
-    click.echo(json.dumps(data(), indent=2, default=str) if as_json else "\n".join(lines()))
+    """A checking command's answer, as JSON or text (rich markup: colours on a terminal);
+    exit 1 when what it checks is not so."""
+    if as_json:
+        click.echo(json.dumps(data(), indent=2, default=str))
+    else:
+        from rich.console import Console
+
+        console = Console(highlight=False, soft_wrap=True)
+        for line in lines():
+            console.print(line)
     if not ok:
         sys.exit(1)
 

@@ -377,6 +377,17 @@ def verify(cfg: config_mod.Config, arg: str):
     return report
 
 
+_STATUS_STYLE = {"ok": "green", "changed": "bold red", "missing": "bold red",
+                 "not checked": "dim"}
+
+
+def esc(text: str) -> str:
+    """Text of the user's (a path, a command) inside rich markup: printed as it is."""
+    from rich.markup import escape
+
+    return escape(text)
+
+
 def verify_lines(report) -> list[str]:
     from roar_core.cli import verify as verify_mod
 
@@ -384,17 +395,19 @@ def verify_lines(report) -> list[str]:
     width = max(len(display_path(c.uri, cwd)) for c in report.checked)
     lines = []
     for c in report.checked:
-        line = f"  {c.status.upper():<11} {display_path(c.uri, cwd):<{width}}  " + short_digest(
-            c.recorded)
+        style = _STATUS_STYLE.get(c.status, "")
+        line = (f"  [{style}]{c.status.upper():<11}[/] {esc(display_path(c.uri, cwd)):<{width}}"
+                f"  [dim]{short_digest(c.recorded)}[/]")
         if c.now:
             line += f" -> now {short_digest(c.now)}"
         lines.append(line)
     if report.stale:
-        lines.append("stale (derived from a version that changed or is gone):")
+        lines.append("[bold yellow]stale[/] (derived from a version that changed or is gone):")
         for st in report.stale:
-            lines.append(f"  {display_path(st.uri, cwd)}  {short_digest(st.digest)}  written by "
-                         f"{st.job_name} ({st.run_id}), from "
-                         + ", ".join(display_path(b, cwd) for b in st.because))
+            lines.append(f"  [yellow]{esc(display_path(st.uri, cwd))}[/]  "
+                         f"[dim]{short_digest(st.digest)}[/]  written by {esc(st.job_name)} "
+                         f"({st.run_id}), from "
+                         + ", ".join(esc(display_path(b, cwd)) for b in st.because))
     n = {k: sum(c.status == k for c in report.checked) for k in (
         verify_mod.OK, verify_mod.CHANGED, verify_mod.MISSING)}
     lines.append(f"roar-core: {len(report.checked)} version(s) checked: {n['ok']} ok, "
@@ -432,16 +445,18 @@ def diff_lines(d) -> list[str]:
             return " ".join(map(str, v))
         return str(v)
 
-    lines = [f"A  {d.a.job_name}  {d.a.run_id}  {when(d.a.started_at)}",
-             f"B  {d.b.job_name}  {d.b.run_id}  {when(d.b.started_at)}"]
+    lines = [f"[bold]A[/]  {esc(d.a.job_name)}  {d.a.run_id}  {when(d.a.started_at)}",
+             f"[bold]B[/]  {esc(d.b.job_name)}  {d.b.run_id}  {when(d.b.started_at)}"]
     for section, changes in d.sections.items():
         if not changes:
             continue
-        lines.append(f"{section}:")
+        lines.append(f"[bold]{section}:[/]")
         for c in changes:
-            mark = "+" if c.a is None else "-" if c.b is None else "~"
-            name = display_path(c.name, cwd)
-            lines.append(f"  {mark} {name}  {shown_value(c.a)} -> {shown_value(c.b)}")
+            mark = "[green]+[/]" if c.a is None else "[red]-[/]" if c.b is None else (
+                "[yellow]~[/]")
+            name = esc(display_path(c.name, cwd))
+            lines.append(f"  {mark} {name}  {esc(shown_value(c.a))} -> "
+                         f"{esc(shown_value(c.b))}")
     if d.same:
         lines.append("roar-core: no difference")
     return lines
@@ -474,31 +489,35 @@ def reproduce_lines(plan, outcome, where) -> list[str]:
     lines = []
     for n, s in enumerate(plan.steps, 1):
         r = s.run
-        lines.append(f"{n}. {r.job_name}  ({r.engine}, run {r.run_id})")
+        lines.append(f"[bold]{n}. {esc(r.job_name)}[/]  ({r.engine}, run {r.run_id})")
         if r.command:
-            lines.append(f"   command  {' '.join(r.command)}")
+            lines.append(f"   command  {esc(' '.join(r.command))}")
         if s.cwd:
-            lines.append(f"   in       {s.cwd}")
+            lines.append(f"   in       {esc(s.cwd)}")
         for c in r.code:
             at = f"  {c.repo} at {c.commit[:12]}" + (" (dirty)" if c.dirty else "") if (
                 c.commit) else ""
-            lines.append(f"   code     {display_path(c.path, cwd)}  "
-                         f"{short_digest('blake3:' + c.digest.removeprefix('blake3:'))}{at}")
+            lines.append(f"   code     {esc(display_path(c.path, cwd))}  "
+                         f"{short_digest('blake3:' + c.digest.removeprefix('blake3:'))}"
+                         f"{esc(at)}")
         for i in s.inputs:
-            state = "" if i.status == "ok" else f"  [{i.status.upper()}]"
-            lines.append(f"   input    {display_path(i.uri, cwd)}  {short_digest(i.recorded)}"
-                         + state)
+            state = "" if i.status == "ok" else (
+                f"  [bold red]{esc('[' + i.status.upper() + ']')}[/]")
+            lines.append(f"   input    {esc(display_path(i.uri, cwd))}  "
+                         f"{short_digest(i.recorded)}" + state)
         for uri, digest in s.outputs:
-            lines.append(f"   output   {display_path(uri, cwd)}  {short_digest(digest)}")
+            lines.append(f"   output   {esc(display_path(uri, cwd))}  {short_digest(digest)}")
         if r.environment.get("environment"):
             lines.append(f"   python environment {short_digest(r.environment['environment'])}"
                          f", machine {short_digest(r.environment.get('machine'))}")
     if outcome is not None:
-        lines.append(f"re-executed in {where}:")
+        lines.append(f"re-executed in {esc(str(where))}:")
         for o in outcome:
-            verdict = "identical" if o.identical else (
-                "NOT MADE" if o.again is None else f"DIFFERS: {short_digest(o.again)}")
-            lines.append(f"  {display_path(o.uri, cwd)}  {short_digest(o.recorded)}  {verdict}")
+            verdict = "[green]identical[/]" if o.identical else (
+                "[bold red]NOT MADE[/]" if o.again is None else
+                f"[bold red]DIFFERS[/]: {short_digest(o.again)}")
+            lines.append(f"  {esc(display_path(o.uri, cwd))}  {short_digest(o.recorded)}  "
+                         f"{verdict}")
         same = sum(o.identical for o in outcome)
         lines.append(f"roar-core: {same} of {len(outcome)} output(s) identical")
     return lines

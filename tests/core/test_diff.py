@@ -76,13 +76,18 @@ def test_diff_and_reproduce_name_the_code_commit(tmp_path) -> None:
     dirty = run(cli, "step", f"{sys.executable} step.py > out.txt", wait=True)
     git(cli.cwd, "commit", "-qam", "second")  # ...then committed
     second = git(cli.cwd, "rev-parse", "HEAD")
+    (cli.cwd / "in.txt").write_text("another input\n")  # and one input changed
     b = run(cli, "step", f"{sys.executable} step.py > out.txt", wait=True)
 
-    code = json.loads(cli("diff", "--json", a, b).stdout)["code"]
+    d = json.loads(cli("diff", "--json", a, b).stdout)
     assert [(c["name"], c["a"]["commit"], c["a"]["dirty"], c["b"]["commit"], c["b"]["dirty"])
-            for c in code] == [(str(w / "step.py"), first, False, second, False)]
-    edited = json.loads(cli("diff", "--json", a, dirty).stdout)["code"][0]
-    assert (edited["b"]["commit"], edited["b"]["dirty"]) == (first, True)
-    assert json.loads(cli("diff", "--json", a, b).stdout)["inputs"] == []  # same input
+            for c in d["code"]] == [(str(w / "step.py"), first, False, second, False)]
+    assert d["inputs"] == [{"name": str(w / "in.txt"), "a": b3(b"same input\n"),
+                            "b": b3(b"another input\n")}]
+    edited = json.loads(cli("diff", "--json", a, dirty).stdout)
+    assert (edited["code"][0]["b"]["commit"], edited["code"][0]["b"]["dirty"]) == (first, True)
+    assert edited["inputs"] == []  # the same input, the script edited but not committed
+    text = cli("diff", a, b).stdout.decode()
+    assert f"at {first[:12]}" in text and f"at {second[:12]}" in text
     steps = json.loads(cli.ok("reproduce", "--json", "out.txt"))["steps"]
     assert [(s["code"][0]["commit"], s["code"][0]["dirty"]) for s in steps] == [(second, False)]
