@@ -14,3 +14,9 @@ def new_run_id() -> str:
     value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | (rand >> 68 & 0xFFF) << 64
     value |= 0b10 << 62 | rand & ((1 << 62) - 1)
     return str(uuid.UUID(int=value))
+
+
+def looks_like_run_id(key: str) -> bool:
+    """Whether a command-line key has a run id's shape (36 characters, four dashes): worth
+    looking up as a run before reading it as a path."""
+    return len(key) == 36 and key.count("-") == 4

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from roar_core.ids import looks_like_run_id
 from roar_core.pipeline.store import Store, TaskRunRecord
 
 
@@ -46,7 +47,7 @@ class Diff:
 
 def run_of(store: Store, key: str) -> TaskRunRecord:
     """The run a key names: a run id, else the run that produced a version of a file."""
-    run = store.task_run(key) if len(key) == 36 and key.count("-") == 4 else None
+    run = store.task_run(key) if looks_like_run_id(key) else None
     if run is not None:
         return run
     digest = key

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from roar_core.ids import looks_like_run_id
 from roar_core.lineage import LineageGraph
 from roar_core.pipeline.hashing import Hasher
 from roar_core.pipeline.store import Store
@@ -57,7 +58,7 @@ class Report:
 
 def verify(store: Store, hasher: Hasher, key: str, min_size: int | None) -> Report:
     """`key`: a run id, or what `Store.lineage` takes (an absolute path, a URI, a digest)."""
-    run = store.task_run(key) if _looks_like_run_id(key) else None
+    run = store.task_run(key) if looks_like_run_id(key) else None
     if run is not None:
         versions = {(a.uri, a.digest) for a in store.accesses_of(run.run_id)
                     if a.digest and a.role in ("input", "output")}
@@ -66,10 +67,6 @@ def verify(store: Store, hasher: Hasher, key: str, min_size: int | None) -> Repo
         versions = {(a.uri, a.digest) for a in g.artifacts.values() if a.digest}
     checked = check(hasher, sorted(versions))
     return Report(key, checked, _stale(store, checked, min_size))
-
-
-def _looks_like_run_id(key: str) -> bool:
-    return len(key) == 36 and key.count("-") == 4
 
 
 def check(hasher: Hasher, versions: list[tuple[str, str]]) -> list[Checked]:
