@@ -105,6 +105,9 @@ def _interpreter_prefixes() -> tuple[bytes, ...]:
         dirs.add(site.USER_SITE)
     pyenv = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
     dirs.add(pyenv)
+    # roar-core's own package, wherever it is installed (an editable install: the
+    # checkout): a traced Python imports part of it at start (its S3 tracer).
+    dirs.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     return tuple(os.fsencode(os.path.join(os.path.realpath(d), "")) for d in dirs if d)
 
 
