@@ -39,21 +39,22 @@ def test_runs_name_their_machine_and_environment(tmp_path) -> None:
         assert "gpus" not in machine and "gpuTopology" not in machine  # absent, no error
 
     env = complete["run"]["facets"]["roar_environment"]
-    # The recorder runs in this test's environment (the roar-core next to this Python).
-    packages = sorted({f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions()
-                       if d.metadata["Name"]}, key=str.lower)
-    text = json.dumps({"packages": packages}, sort_keys=True, separators=(",", ":"))
-    assert env["packagesDigest"] == "blake3:" + blake3.blake3(text.encode()).hexdigest()
-    assert env["packageCount"] == len(packages)
-    assert env["python"] == sys.version.split()[0]
-    assert "packages" not in env  # the list stays in the store
-
     from roar_core import config
     from roar_core.pipeline.store import Store
 
     cfg = config.load(cwd=cli.cwd, env=cli.env)
     with Store.open(cfg.database_url, cfg.home) as store:
         named = store.task_run(run_id).environment
-        facts = store.facts(named["environment"])
-        assert facts["packages"] == packages
+        stored = store.facts(named["environment"])["packages"]
         assert store.facts(named["machine"])["host"] == socket.gethostname()
+    # The recorder runs in this test's environment (the roar-core next to this Python): the
+    # package list it stored is the one this process finds.
+    packages = sorted({f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions()
+                       if d.metadata["Name"]}, key=str.lower)
+    assert set(stored) ^ set(packages) == set()
+    assert stored == packages
+    text = json.dumps({"packages": packages}, sort_keys=True, separators=(",", ":"))
+    assert env["packagesDigest"] == "blake3:" + blake3.blake3(text.encode()).hexdigest()
+    assert env["packageCount"] == len(packages)
+    assert env["python"] == sys.version.split()[0]
+    assert "packages" not in env  # the list stays in the store
