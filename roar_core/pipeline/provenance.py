@@ -113,10 +113,23 @@ def environment() -> Facts:
     if _environment is not None and now - _checked_at < RECHECK_S:
         return _environment[1]
     _checked_at = now
-    key = tuple(_mtime(p) for p in sys.path)
+    key = tuple(_mtime(p) for p in site_dirs())
     if _environment is None or _environment[0] != key:
         _environment = key, _take_environment()
     return _environment[1]
+
+
+def site_dirs() -> list[str]:
+    """Where the environment's packages are installed: its site-packages (and the user's,
+    where the interpreter reads it), not the whole import path, which a process's working
+    directory and PYTHONPATH change (a recorder started by another test, or from another
+    directory, saw the base interpreter's packages through them)."""
+    import site
+
+    dirs = list(site.getsitepackages())
+    if site.ENABLE_USER_SITE and site.USER_SITE and os.path.isdir(site.USER_SITE):
+        dirs.append(site.USER_SITE)
+    return dirs
 
 
 def _mtime(path: str) -> int:
@@ -129,7 +142,8 @@ def _mtime(path: str) -> int:
 def _take_environment() -> Facts:
     from importlib import metadata
 
-    packages = sorted({f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions()
+    packages = sorted({f"{d.metadata['Name']}=={d.version}"
+                       for d in metadata.distributions(path=site_dirs())
                        if d.metadata["Name"]}, key=str.lower)
     data: dict[str, Any] = {
         "python": sys.version.split()[0],

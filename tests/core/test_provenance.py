@@ -49,7 +49,13 @@ def test_runs_name_their_machine_and_environment(tmp_path) -> None:
         assert store.facts(named["machine"])["host"] == socket.gethostname()
     # The recorder runs in this test's environment (the roar-core next to this Python): the
     # package list it stored is the one this process finds.
-    packages = sorted({f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions()
+    import site
+
+    where = list(site.getsitepackages())
+    if site.ENABLE_USER_SITE and site.USER_SITE and os.path.isdir(site.USER_SITE):
+        where.append(site.USER_SITE)
+    packages = sorted({f"{d.metadata['Name']}=={d.version}"
+                       for d in metadata.distributions(path=where)
                        if d.metadata["Name"]}, key=str.lower)
     assert set(stored) ^ set(packages) == set()
     assert stored == packages
