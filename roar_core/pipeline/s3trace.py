@@ -323,11 +323,11 @@ def _done(http_response, parsed, model, context, **kwargs) -> None:
             fields["ranged"] = "1"
         elif size is not None and hasattr(body, "_raw_stream"):
             body._raw_stream = _HashingStream(body._raw_stream, uri, fields, size)
-            if size == 0:
-                body._raw_stream._took(b"")
         else:
             fields["opaque"] = "1"
         _emit(OBJ_READ, uri, fields, None if fields.get("ranged") else size)
+        if size == 0 and isinstance(getattr(body, "_raw_stream", None), _HashingStream):
+            body._raw_stream._hash(b"")  # nothing to read: its digest, after its read
     elif op == "PutObject" and uri:
         vid, etag = _version(parsed)
         fields = {"vid": vid, "etag": etag, "file": _links.get((bucket, key))}

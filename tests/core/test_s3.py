@@ -189,7 +189,10 @@ def test_the_task_receives_the_same_bytes_with_and_without_roar(cli: Cli, s3) ->
     s3.create_bucket(Bucket="raw")
     data = b"".join(b"line %d %s\n" % (i, os.urandom(20).hex().encode()) for i in range(40000))
     s3.put_object(Bucket="raw", Key="data.bin", Body=data)
-    name = script(cli, "reader.py", READER)
+    s3.put_object(Bucket="raw", Key="empty.bin", Body=b"")
+    name = script(cli, "reader.py", READER + """
+print(repr(s3.get_object(Bucket="raw", Key="empty.bin")["Body"].read()))
+""")
     plain = subprocess.run([sys.executable, name], cwd=cli.cwd, env=cli.env,
                            capture_output=True, check=True).stdout
     traced = cli("run", "--wait", "--", sys.executable, name)
@@ -197,7 +200,9 @@ def test_the_task_receives_the_same_bytes_with_and_without_roar(cli: Cli, s3) ->
     assert traced.stdout == plain
     run_id = traced.stderr.decode().split(", run ")[1].split(",")[0]
     # Read whole (the first read): its digest, taken from the stream as the task read it.
-    assert store_accesses(cli, run_id)[("input", "s3://raw/data.bin")].digest == b3(data)
+    got = store_accesses(cli, run_id)
+    assert got[("input", "s3://raw/data.bin")].digest == b3(data)
+    assert got[("input", "s3://raw/empty.bin")].digest == b3(b"")  # an empty body too
 
 
 def test_an_s3_client_roar_cannot_see_is_said(cli: Cli, s3, tmp_path: Path) -> None:
