@@ -116,20 +116,24 @@ def _hash_bytes(data) -> str:
     return blake3.blake3(data).hexdigest()
 
 
-def _body_digest(body, start: int | None) -> tuple[str, int] | None:
-    """(blake3, size) of a request body held in memory (botocore turns bytes into a
-    BytesIO: its buffer, from where the request started), else None."""
+def _in_memory(body, start: int | None):
+    """The bytes of a request body held in memory, from where the request started
+    (botocore turns bytes into a BytesIO), else None."""
     if isinstance(body, (bytes, bytearray, memoryview)):
-        return _hash_bytes(body), len(body)
+        return body
     if isinstance(body, str):
-        data = body.encode("utf-8")
-        return _hash_bytes(data), len(data)
+        return body.encode("utf-8")
     if isinstance(body, io.BytesIO) and start is not None:
         # getvalue(), not getbuffer(): the bytes botocore wrapped, shared (getbuffer would
         # copy them first).
-        with memoryview(body.getvalue()) as whole, whole[start:] as data:
-            return _hash_bytes(data), len(data)
+        return memoryview(body.getvalue())[start:]
     return None
+
+
+def _body_digest(body, start: int | None) -> tuple[str, int] | None:
+    """(blake3, size) of a request body held in memory, else None."""
+    data = _in_memory(body, start)
+    return None if data is None else (_hash_bytes(data), len(data))
 
 
 def _body_file(body) -> str | None:
@@ -183,15 +187,11 @@ class _Upload:
 
     def add(self, body, start: int | None) -> bool:
         """The next part's body, if it is in memory."""
-        if isinstance(body, io.BytesIO) and start is not None:
-            with memoryview(body.getvalue()) as whole, whole[start:] as data:
-                self.hasher.update(data)
-                self.size += len(data)
-        elif isinstance(body, (bytes, bytearray, memoryview)):
-            self.hasher.update(body)
-            self.size += len(body)
-        else:
+        data = _in_memory(body, start)
+        if data is None:
             return False
+        self.hasher.update(data)
+        self.size += len(data)
         self.next += 1
         return True
 
