@@ -16,7 +16,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import quote
 
-from roar_core.cli.reproduce import Plan, Step
+from roar_core.cli import reproduce
+from roar_core.cli.reproduce import Plan
 from roar_core.pipeline.store import Store
 
 FORMATS = ("ro-crate", "prov")
@@ -34,15 +35,7 @@ class MissingLibrary(RuntimeError):
 
 def run_plan(store: Store, run_id: str) -> Plan:
     """One run, as a plan of one step (what `export RUN` writes)."""
-    run = store.task_run(run_id)
-    assert run is not None
-    accesses = store.accesses_of(run_id)
-    from roar_core.cli.verify import Checked
-
-    ins = sorted({(a.uri, a.digest) for a in accesses if a.role == "input" and a.digest})
-    outs = sorted({(a.uri, a.digest) for a in accesses if a.role == "output" and a.digest})
-    return Plan(run_id, [Step(run, run.environment.get("cwd"),
-                              [Checked(u, d, "not checked") for u, d in ins], outs)])
+    return Plan(run_id, [reproduce.step(store, run_id, None)])
 
 
 def _location(uri: str) -> str:

@@ -58,6 +58,18 @@ class Plan:
                 "sources": [vars(c) for c in self.sources]}
 
 
+def step(store: Store, run_id: str, hasher: Hasher | None) -> Step:
+    """A recorded run as a step, its inputs checked on disk (`hasher`) or not (None)."""
+    run = store.task_run(run_id)
+    assert run is not None
+    accesses = store.accesses_of(run_id)
+    ins = sorted({(a.uri, a.digest) for a in accesses if a.role == "input" and a.digest})
+    outs = sorted({(a.uri, a.digest) for a in accesses if a.role == "output" and a.digest})
+    checked = (verify_mod.check(hasher, ins) if hasher is not None else
+               [verify_mod.Checked(u, d, verify_mod.UNCHECKED) for u, d in ins])
+    return Step(run, run.environment.get("cwd"), checked, outs)
+
+
 def plan(store: Store, hasher: Hasher, key: str, min_size: int | None) -> Plan:
     g = store.lineage(key, "upstream", None, min_size)
     makes: dict[str, set[str]] = {}  # run id -> artifact ids it wrote
@@ -75,17 +87,10 @@ def plan(store: Store, hasher: Hasher, key: str, min_size: int | None) -> Plan:
         ready = [r for r in runs if r not in done and not any(
             a in makes.get(p, ()) for a in reads.get(r, ()) for p in runs if p not in done
             and p != r)]
-        step = ready[0] if ready else next(r for r in runs if r not in done)  # a cycle
-        order.append(step)
-        done.add(step)
-    steps = []
-    for run_id in order:
-        run = store.task_run(run_id)
-        assert run is not None
-        accesses = store.accesses_of(run_id)
-        ins = sorted({(a.uri, a.digest) for a in accesses if a.role == "input" and a.digest})
-        outs = sorted({(a.uri, a.digest) for a in accesses if a.role == "output" and a.digest})
-        steps.append(Step(run, run.environment.get("cwd"), verify_mod.check(hasher, ins), outs))
+        first = ready[0] if ready else next(r for r in runs if r not in done)  # a cycle
+        order.append(first)
+        done.add(first)
+    steps = [step(store, run_id, hasher) for run_id in order]
     sources = sorted({(a.uri, a.digest) for i, a in g.artifacts.items()
                       if i not in made and a.digest})
     return Plan(key, steps, verify_mod.check(hasher, sources))
