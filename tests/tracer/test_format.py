@@ -82,8 +82,12 @@ def defines(prefix: str) -> dict[str, int]:
 def test_constants_match_header():
     ops = {k.lower(): v for k, v in defines("ROAR_OP_").items() if k != "MAX"}
     assert ops == tracelog.OP
+    from roar_core.pipeline import s3trace  # keeps its own copies: it loads at every start
+
     for name, value in defines("ROAR_OBJ_").items():
         assert getattr(tracelog, f"OBJ_{name}") == value, name
+        if hasattr(s3trace, f"OBJ_{name}"):
+            assert getattr(s3trace, f"OBJ_{name}") == value, name
     for name, value in defines("ROAR_RF_").items():
         assert getattr(tracelog, f"RF_{name}") == value, name
     scalars = defines("ROAR_")
