@@ -363,13 +363,22 @@ def query(cfg: config_mod.Config, arg: str, directions: list[str],
     return g
 
 
+def run_or_lineage_key(arg: str, store: Store) -> str:
+    """A recorded run's id as given; anything else as `lineage_key` reads it."""
+    from roar_core.ids import looks_like_run_id
+
+    if looks_like_run_id(arg) and store.task_run(arg) is not None:
+        return arg
+    return lineage_key(arg, store)
+
+
 def verify(cfg: config_mod.Config, arg: str):
     """`roar-core verify`'s report (roar_core.cli.verify)."""
     from roar_core.cli import verify as verify_mod
     from roar_core.pipeline.capture import hasher_for
 
     with read_store(cfg) as store:
-        key = arg if store.task_run(arg) is not None else lineage_key(arg, store)
+        key = run_or_lineage_key(arg, store)
         with hasher_for(cfg, stat_cache=not home_read_only(cfg)) as hasher:
             report = verify_mod.verify(store, hasher, key, cfg.match_min_size)
     if not report.checked:  # 2, not 1: exit 1 says something no longer holds
@@ -421,7 +430,7 @@ def diff(cfg: config_mod.Config, a: str, b: str):
     from roar_core.cli import diff as diff_mod
 
     with read_store(cfg) as store:
-        keys = [k if store.task_run(k) is not None else lineage_key(k, store) for k in (a, b)]
+        keys = [run_or_lineage_key(k, store) for k in (a, b)]
         try:
             return diff_mod.diff(store, *keys)
         except diff_mod.NoRun as e:  # 2, not 1: exit 1 says the runs differ
