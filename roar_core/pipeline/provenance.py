@@ -104,10 +104,10 @@ RECHECK_S = 1.0
 
 
 def environment() -> Facts:
-    """The environment's facts, taken again when one of the import path's directories has
-    changed (a pip install or uninstall changes site-packages), looked at once a second at
-    most: a long-lived recorder, or the fork server recorders start from, does not go on
-    reporting a package set that is gone."""
+    """The environment's facts, taken again when one of its site-packages directories has
+    changed (a pip install or uninstall changes it), looked at once a second at most: a
+    long-lived recorder, or the fork server recorders start from, does not go on reporting
+    a package set that is gone."""
     global _environment, _checked_at
     now = time.monotonic()
     if _environment is not None and now - _checked_at < RECHECK_S:
