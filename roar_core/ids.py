@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 
 
 def new_run_id() -> str:
@@ -13,7 +12,8 @@ def new_run_id() -> str:
     rand = int.from_bytes(os.urandom(10), "big")
     value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | (rand >> 68 & 0xFFF) << 64
     value |= 0b10 << 62 | rand & ((1 << 62) - 1)
-    return str(uuid.UUID(int=value))
+    h = f"{value:032x}"  # str(uuid.UUID(int=value)), without uuid's import (~1.6 ms)
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def looks_like_run_id(key: str) -> bool:

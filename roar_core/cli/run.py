@@ -18,20 +18,21 @@ import signal
 import socket
 import sys
 import time
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from roar_core.config import Config
 from roar_core.pipeline import tracer
 from roar_core.recording import tasklog
 from roar_core.recording.sessions import SessionCollector, run_traced
 from roar_core.recording.tasklog import Given, TaskLog
+from roar_core.slotted import Slotted
 
+TYPE_CHECKING = False  # not typing's (see roar_core.slotted)
 if TYPE_CHECKING:  # imported when a run touched files: not on `roar-core run true`'s path
+    from typing import Any
+
     from roar_core.pipeline.capture import Capture
 
 RUN_PREFIX = "run-"  # a run's own tracer session, in the log's directory
@@ -120,16 +121,19 @@ class NoSession(OSError):
     """Neither the roar home nor the spare directory can take a run: it runs untraced."""
 
 
-@dataclass
-class Begun:
+class Begun(Slotted):
     """A run whose begin is in a task log."""
 
-    run_id: str
-    job_name: str
-    log: TaskLog
-    own: Path  # its tracer session
-    traced: bool
-    untraced_reason: str | None = None
+    __slots__ = ("run_id", "job_name", "log", "own", "traced", "untraced_reason")
+
+    def __init__(self, run_id: str, job_name: str, log: TaskLog, own: Path, traced: bool,
+                 untraced_reason: str | None = None) -> None:
+        self.run_id = run_id
+        self.job_name = job_name
+        self.log = log
+        self.own = own  # its tracer session
+        self.traced = traced
+        self.untraced_reason = untraced_reason
 
     @property
     def directory(self) -> Path:
@@ -169,7 +173,7 @@ def begin(cfg: Config, argv: list[str], job_name: str, traced: bool,
             "job_name": job_name, "started_at": datetime.now(timezone.utc).isoformat(),
             "command": list(argv), "host": socket.gethostname(), "pid": os.getpid(),
             "traced": traced, "untraced_reason": untraced_reason, "cwd": os.getcwd()}
-    own_name = f"{RUN_PREFIX}{uuid.uuid4().hex}"
+    own_name = f"{RUN_PREFIX}{os.urandom(16).hex()}"
     problems = []
     from roar_core.recording import recorder
 
@@ -201,12 +205,15 @@ def begin(cfg: Config, argv: list[str], job_name: str, traced: bool,
     raise NoSession("; ".join(problems))
 
 
-@dataclass
-class Ran:
-    returncode: int  # as subprocess reports it: < 0 means killed by that signal
-    begun: Begun | None  # None: nowhere to write the run, it ran untraced
-    read: Given | None = None  # its session as read here, and the versions taken
-    wait_fd: int | None = None
+class Ran(Slotted):
+    __slots__ = ("returncode", "begun", "read", "wait_fd")
+
+    def __init__(self, returncode: int, begun: Begun | None, read: Given | None = None,
+                 wait_fd: int | None = None) -> None:
+        self.returncode = returncode  # as subprocess reports it: < 0: killed by that signal
+        self.begun = begun  # None: nowhere to write the run, it ran untraced
+        self.read = read  # its session as read here, and the versions taken
+        self.wait_fd = wait_fd
 
 
 def run(cfg: Config, argv: list[str], job_name: str | None = None, *,
@@ -385,12 +392,15 @@ def failures(cfg: Config) -> list[tuple[str, str]]:
     return [(t.run_id, t.error) for _, t in pending(cfg) if t.error]
 
 
-@dataclass
-class RunResult:
-    returncode: int  # as subprocess reports it: < 0 means killed by that signal
-    recorded: tasklog.Result | None  # what the recorder said of this run
-    error: str | None  # why its lineage could not be recorded (the command still ran)
-    run_id: str | None = None
+class RunResult(Slotted):
+    __slots__ = ("returncode", "recorded", "error", "run_id")
+
+    def __init__(self, returncode: int, recorded: tasklog.Result | None, error: str | None,
+                 run_id: str | None = None) -> None:
+        self.returncode = returncode  # as subprocess reports it: < 0: killed by that signal
+        self.recorded = recorded  # what the recorder said of this run
+        self.error = error  # why its lineage could not be recorded (the command still ran)
+        self.run_id = run_id
 
 
 def how_it_ended(returncode: int) -> str:

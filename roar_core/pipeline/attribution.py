@@ -17,30 +17,36 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
 
 from roar_core.pipeline.tracelog import RF_UNTRACEABLE, Record, TraceLog
+from roar_core.slotted import Slotted
 
 UNATTRIBUTED = ""
 
 
-@dataclass
-class TaskEvents:
-    tag: str
-    records: list[Record] = field(default_factory=list)
-    pids: set[int] = field(default_factory=set)
-    untraceable: list[Record] = field(default_factory=list)  # exec of static/setuid programs
-    dropped: int = 0  # events lost in logs of this task's processes
+class TaskEvents(Slotted):
+    __slots__ = ("tag", "records", "pids", "untraceable", "dropped")
+
+    def __init__(self, tag: str, records: list[Record] | None = None,
+                 pids: set[int] | None = None, untraceable: list[Record] | None = None,
+                 dropped: int = 0) -> None:
+        self.tag = tag
+        self.records = [] if records is None else records
+        self.pids = set() if pids is None else pids
+        self.untraceable = [] if untraceable is None else untraceable  # static/setuid execs
+        self.dropped = dropped  # events lost in logs of this task's processes
 
     def sort(self) -> None:
         self.records.sort(key=lambda r: r.mono_ns)
 
 
-@dataclass
-class Context:
-    created_by: dict[int, str | None] = field(default_factory=dict)  # pid -> creator's tag
-    parent: dict[int, int] = field(default_factory=dict)  # pid -> parent pid
-    marks: dict[int, list[Record]] = field(default_factory=lambda: defaultdict(list))
+class Context(Slotted):
+    __slots__ = ("created_by", "parent", "marks")
+
+    def __init__(self) -> None:
+        self.created_by: dict[int, str | None] = {}  # pid -> creator's tag
+        self.parent: dict[int, int] = {}  # pid -> parent pid
+        self.marks: dict[int, list[Record]] = defaultdict(list)
 
     def learn(self, logs: Iterable[TraceLog]) -> None:
         for log in logs:
@@ -152,5 +158,5 @@ def unshadow(records: list[Record], shadow_root: str, workdir: str) -> list[Reco
             continue  # building or clearing the shadow tree
         if r.op_name in ("rename", "link") and path == path2:
             continue  # unshadowing an output: already named by its final path
-        out.append(replace(r, path=path, path2=path2))
+        out.append(r.replace(path=path, path2=path2))
     return out

@@ -13,7 +13,10 @@ import struct
 from array import array
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+
+TYPE_CHECKING = False  # not typing's (see roar_core.slotted)
+if TYPE_CHECKING:
+    from typing import Any
 
 LIB_NAME = "libroar_hashbatch.so"
 ABI = 1

@@ -11,8 +11,9 @@ import mmap
 import os
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from roar_core.slotted import Frozen, Slotted
 
 MAGIC = b"ROARLOG\0"
 VERSION = 1
@@ -69,41 +70,48 @@ class TraceLogError(ValueError):
     """A file that is not a readable roar trace log; the message is one line."""
 
 
-@dataclass(frozen=True, slots=True)
-class LogHeader:
-    version: int
-    origin: int
-    pid: int
-    ppid: int
-    start_mono_ns: int
-    start_wall_ns: int
-    reserved: int
-    dropped: int
-    flags: int
+class LogHeader(Frozen):
+    __slots__ = ("version", "origin", "pid", "ppid", "start_mono_ns", "start_wall_ns",
+                 "reserved", "dropped", "flags")
+
+    def __init__(self, version: int, origin: int, pid: int, ppid: int, start_mono_ns: int,
+                 start_wall_ns: int, reserved: int, dropped: int, flags: int) -> None:
+        self._set(version=version, origin=origin, pid=pid, ppid=ppid,
+                  start_mono_ns=start_mono_ns, start_wall_ns=start_wall_ns,
+                  reserved=reserved, dropped=dropped, flags=flags)
 
 
-@dataclass(slots=True)
-class Record:
-    op: int
-    pid: int
-    ppid: int
-    tid: int
-    result: int
-    err: int
-    flags: int
-    mode: int
-    fd: int
-    rflags: int
-    mono_ns: int
-    wall_ns: int
-    st_dev: int
-    st_ino: int
-    st_size: int
-    st_mtime_ns: int
-    st_ctime_ns: int
-    tag: str | None
-    path: bytes
-    path2: bytes
+class Record(Slotted):
+    """One traced operation (roar_log.h's record)."""
+
+    __slots__ = ("op", "pid", "ppid", "tid", "result", "err", "flags", "mode", "fd",
+                 "rflags", "mono_ns", "wall_ns", "st_dev", "st_ino", "st_size",
+                 "st_mtime_ns", "st_ctime_ns", "tag", "path", "path2")
+
+    def __init__(self, op: int, pid: int, ppid: int, tid: int, result: int, err: int,
+                 flags: int, mode: int, fd: int, rflags: int, mono_ns: int, wall_ns: int,
+                 st_dev: int, st_ino: int, st_size: int, st_mtime_ns: int,
+                 st_ctime_ns: int, tag: str | None, path: bytes, path2: bytes) -> None:
+        self.op = op
+        self.pid = pid
+        self.ppid = ppid
+        self.tid = tid
+        self.result = result
+        self.err = err
+        self.flags = flags
+        self.mode = mode
+        self.fd = fd
+        self.rflags = rflags
+        self.mono_ns = mono_ns
+        self.wall_ns = wall_ns
+        self.st_dev = st_dev
+        self.st_ino = st_ino
+        self.st_size = st_size
+        self.st_mtime_ns = st_mtime_ns
+        self.st_ctime_ns = st_ctime_ns
+        self.tag = tag
+        self.path = path
+        self.path2 = path2
 
     @property
     def op_name(self) -> str:
@@ -122,13 +130,16 @@ class Record:
         return bool(self.rflags & rflag)
 
 
-@dataclass
-class TraceLog:
-    path: Path
-    header: LogHeader
-    records: list[Record] = field(default_factory=list)
-    torn: int = 0  # records the reader found half-written (process killed mid-record)
-    next_offset: int = 0  # where an incremental read resumes
+class TraceLog(Slotted):
+    __slots__ = ("path", "header", "records", "torn", "next_offset")
+
+    def __init__(self, path: Path, header: LogHeader, records: list[Record] | None = None,
+                 torn: int = 0, next_offset: int = 0) -> None:
+        self.path = path
+        self.header = header
+        self.records = [] if records is None else records
+        self.torn = torn  # records the reader found half-written (killed mid-record)
+        self.next_offset = next_offset  # where an incremental read resumes
 
     @property
     def dropped(self) -> int:
@@ -341,10 +352,12 @@ def _log_key(name: str) -> tuple[int, int] | None:
         return None
 
 
-@dataclass
-class SessionTrace:
-    logs: list[TraceLog]
-    errors: list[str]  # one line per unreadable log
+class SessionTrace(Slotted):
+    __slots__ = ("logs", "errors")
+
+    def __init__(self, logs: list[TraceLog], errors: list[str]) -> None:
+        self.logs = logs
+        self.errors = errors  # one line per unreadable log
 
     @property
     def dropped(self) -> int:

@@ -9,8 +9,9 @@ import shlex
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
+
+from roar_core.slotted import Frozen
 
 # ctypes, subprocess, tempfile and the log reader are imported where they are used: this
 # module is on `roar-core run`'s path, which must start the command within milliseconds.
@@ -37,11 +38,12 @@ def disabled_by_env() -> bool:
     return os.environ.get(ENV_TRACER_OFF, "").lower() not in ("", "0", "false")
 
 
-@dataclass(frozen=True)
-class TracerStatus:
-    path: Path
-    usable: bool
-    reason: str  # why not, or a short description of what was checked
+class TracerStatus(Frozen):
+    __slots__ = ("path", "usable", "reason")
+
+    def __init__(self, path: Path, usable: bool, reason: str) -> None:
+        # reason: why not, or a short description of what was checked
+        self._set(path=path, usable=usable, reason=reason)
 
 
 @functools.lru_cache(maxsize=1)
@@ -225,6 +227,8 @@ def ignore_this_thread() -> None:
 def loaded() -> Shim | None:
     """The shim if it was preloaded into this process, else None.  Never loads it:
     a late dlopen would not interpose anything."""
+    if not _mapped(library_path().name):
+        return None  # the common case of roar's own processes, without importing ctypes
     import ctypes
 
     from roar_core.pipeline import tracelog
@@ -235,3 +239,13 @@ def loaded() -> Shim | None:
         return None
     shim = Shim(lib)
     return shim if shim.version() == tracelog.VERSION else None
+
+
+def _mapped(name: str) -> bool:
+    """Whether a library of that file name may be mapped into this process (True where
+    /proc cannot say: the caller then asks the dynamic loader, which decides)."""
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            return f"/{name}".encode() in f.read()
+    except OSError:
+        return True

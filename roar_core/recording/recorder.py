@@ -25,10 +25,13 @@ import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 from roar_core.recording import tasklog
 from roar_core.recording.sessions import lock_held, short_slice, yield_cpu
+
+TYPE_CHECKING = False  # not typing's (see roar_core.slotted)
+if TYPE_CHECKING:
+    from typing import Any
 
 LOCK = "recorder.lock"
 SETTINGS = "recorder.json"

@@ -8,22 +8,18 @@ tracer with its exit status and signals passed through.
 
 from __future__ import annotations
 
-import dataclasses
 import fcntl
 import functools
 import os
-import shutil
 import signal
 import stat
 import subprocess
 import sys
 import threading
 import time
-import uuid
-from collections import defaultdict
+from collections import defaultdict, namedtuple
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
 
 from roar_core.config import Config
 from roar_core.pipeline import tracelog, tracer
@@ -39,7 +35,7 @@ def new_session_dir(config: Config, name: str | None = None, *,
     if memory is not None:
         sweep_stale_sessions(memory)
     base = memory or config.sessions_dir
-    d = base / (name or uuid.uuid4().hex)
+    d = base / (name or os.urandom(16).hex())
     d.mkdir(parents=True, exist_ok=True)
     return d
 
@@ -172,6 +168,8 @@ def memory_sessions_dir() -> Path | None:
 
 
 def remove_session_dir(d: Path) -> None:
+    import shutil  # with its compressors ~1.5 ms: not on `roar-core run true`'s path
+
     shutil.rmtree(d, ignore_errors=True)
 
 
@@ -256,10 +254,11 @@ def _sched_setattr() -> Callable[[bytes], int] | None:
     return lambda attr: syscall(nr, 0, ctypes.c_char_p(attr), 0)
 
 
-class WholeSession(NamedTuple):
-    events: TaskEvents
-    logs_read: int  # 0 with no error: its program left no trace (static, setuid)
-    errors: list[str]  # logs that could not be read (each one lost event)
+# A task's own session read whole: its events (TaskEvents), how many logs were read
+# (0 with no error: its program left no trace, static or setuid) and the logs that could
+# not be read (each one a lost event).  collections' namedtuple, not typing's: see
+# roar_core.slotted.
+WholeSession = namedtuple("WholeSession", ["events", "logs_read", "errors"])
 
 
 class SessionCollector:
@@ -403,8 +402,8 @@ class SessionCollector:
                     # keeps them for its next read).
                     total = log.header.dropped
                     if total:
-                        log.header = dataclasses.replace(
-                            log.header, dropped=max(0, total - self._charged.get(path, 0)))
+                        log.header = log.header.replace(
+                            dropped=max(0, total - self._charged.get(path, 0)))
                         self._charged[path] = total
                     logs.append(log)
             for tag, events in attribute(logs, context=self._context).items():

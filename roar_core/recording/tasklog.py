@@ -32,23 +32,35 @@ from __future__ import annotations
 
 import errno
 import json
-import logging
 import os
 import select
 import socket
 import stat
 import time
-from dataclasses import asdict, dataclass, field
+from collections import namedtuple
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
 
+from roar_core.slotted import Slotted
+
+TYPE_CHECKING = False  # not typing's (see roar_core.slotted)
 if TYPE_CHECKING:  # the writing side stays light: producers import only this module
-    from roar_core.pipeline.capture import Capture
-    from roar_core.pipeline.writer import TaskMeta, TaskOutcome
-    from roar_core.recording.sessions import WholeSession
+    from typing import Any
 
-log = logging.getLogger(__name__)
+    from roar_core.pipeline.writer import TaskMeta, TaskOutcome
+
+
+class _Log:
+    """This module's logger, made when first used: `logging` is ~2.4 ms of imports that a
+    producer's path (`roar-core run`) never needs."""
+
+    def warning(self, *args: Any) -> None:
+        import logging
+
+        logging.getLogger(__name__).warning(*args)
+
+
+log = _Log()
 
 VERSION = 1
 PREFIX = "tasks-"
@@ -83,19 +95,18 @@ def process_alive(pid: int, start: int) -> bool:
     return not start or process_start(pid) in (0, start)
 
 
-class Given(NamedTuple):
-    """A task's own session as its producer read it, and the versions it took then: for
-    the follower when the producer records its task in its own process (no second read,
-    no round trip of the versions through JSON)."""
-
-    session: WholeSession
-    capture: Capture | None
+# A task's own session as its producer read it (WholeSession), and the versions it took
+# then (Capture or None): for the follower when the producer records its task in its own
+# process (no second read, no round trip of the versions through JSON).
+Given = namedtuple("Given", ["session", "capture"])
 
 
 def meta_to_json(meta: TaskMeta) -> dict:
     """A TaskMeta in its log form."""
     d = {f: getattr(meta, f) for f in _META_FIELDS}
     d["started_at"] = meta.started_at.isoformat()
+    from dataclasses import asdict  # TaskMeta's parts are dataclasses: imported already
+
     d["workflow"] = asdict(meta.workflow) if meta.workflow else None
     d["engine_version"] = asdict(meta.engine_version) if meta.engine_version else None
     return d
@@ -378,55 +389,69 @@ class TaskLog:
             self._fd = -1
 
 
-@dataclass
-class Entry:
+class Entry(Slotted):
     """One task as a log tells it."""
 
-    meta: TaskMeta
-    lifetime: bool = False
-    outcome: TaskOutcome | None = None  # None: not ended (yet)
-    started: bool = False  # START recorded
-    recorded: bool = False
-    captured: dict[str, Any] | None = None  # its versions, taken as it ended
-    own_dir: str | None = None
-    shadow: tuple[str, str] | None = None
-    waited: bool = False
-    died: bool = False  # its producer went away before it ended (outcome made for it)
-    records: list | None = None  # its tracer records, once taken (kept for a retry)
-    dropped: int = 0
-    failures: int = 0  # attempts to record it that failed (it is kept and retried)
-    retry_at: float = 0.0  # time.monotonic() of its next attempt
-    error: str | None = None  # why the last attempt failed, as marked in its log
-    taken: Any = None  # its Capture, when its producer records it in-process (`captured`)
+    __slots__ = ("meta", "lifetime", "outcome", "started", "recorded", "captured", "own_dir",
+                 "shadow", "waited", "died", "records", "dropped", "failures", "retry_at",
+                 "error", "taken")
+
+    def __init__(self, meta: TaskMeta, lifetime: bool = False, *,
+                 own_dir: str | None = None) -> None:
+        self.meta = meta
+        self.lifetime = lifetime
+        self.outcome: TaskOutcome | None = None  # None: not ended (yet)
+        self.started = False  # START recorded
+        self.recorded = False
+        self.captured: dict[str, Any] | None = None  # its versions, taken as it ended
+        self.own_dir = own_dir
+        self.shadow: tuple[str, str] | None = None
+        self.waited = False
+        self.died = False  # its producer went away before it ended (outcome made for it)
+        self.records: list | None = None  # its tracer records, once taken (for a retry)
+        self.dropped = 0
+        self.failures = 0  # attempts to record it that failed (it is kept and retried)
+        self.retry_at = 0.0  # time.monotonic() of its next attempt
+        self.error: str | None = None  # why the last attempt failed, as marked in its log
+        # its Capture, when its producer records it in-process (`captured`)
+        self.taken: Any = None
 
 
-@dataclass
-class Workflow:
+class Workflow(Slotted):
     """A workflow run a log began."""
 
-    run: dict[str, Any]
-    ended: tuple[str, str | None, datetime] | None = None  # (status, error, when)
-    started: bool = False
-    done: bool = False
+    __slots__ = ("run", "ended", "started", "done")
+
+    def __init__(self, run: dict[str, Any]) -> None:
+        self.run = run
+        # (status, error, when)
+        self.ended: tuple[str, str | None, datetime] | None = None
+        self.started = False
+        self.done = False
 
 
-@dataclass
-class TaskLogFile:
+class TaskLogFile(Slotted):
     """A task log as read so far (`read_more` picks up what was appended since)."""
 
-    path: Path
-    pid: int
-    start: int
-    host: str
-    # Tasks not recorded yet, by run id, in begin order (a recorded one is dropped)
-    entries: dict[str, Entry] = field(default_factory=dict)
-    common: dict[str, Any] = field(default_factory=dict)
-    workflows: dict[str, Workflow] = field(default_factory=dict)
-    closed: bool = False
-    close_waited: bool = False
-    results: bool = False  # mark every task with its Result
-    mono: int | None = None  # CLOCK_MONOTONIC at its creation
-    _offset: int = 0
+    __slots__ = ("path", "pid", "start", "host", "entries", "common", "workflows", "closed",
+                 "close_waited", "results", "mono", "_offset")
+
+    def __init__(self, path: Path, pid: int, start: int, host: str, *,
+                 common: dict[str, Any] | None = None, results: bool = False,
+                 mono: int | None = None) -> None:
+        self.path = path
+        self.pid = pid
+        self.start = start
+        self.host = host
+        # Tasks not recorded yet, by run id, in begin order (a recorded one is dropped)
+        self.entries: dict[str, Entry] = {}
+        self.common = {} if common is None else common
+        self.workflows: dict[str, Workflow] = {}
+        self.closed = False
+        self.close_waited = False
+        self.results = results  # mark every task with its Result
+        self.mono = mono  # CLOCK_MONOTONIC at its creation
+        self._offset = 0
 
     @property
     def name(self) -> str:
@@ -594,15 +619,17 @@ def task_logs(directory: str | os.PathLike) -> list[TaskLogFile]:
     return [j for p in log_paths(directory) if (j := TaskLogFile.open(p)) is not None]
 
 
-@dataclass
-class Outstanding:
+class Outstanding(Slotted):
     """A task of a log not recorded yet, as a light reading tells it (no TaskMeta made:
     that imports the OpenLineage client, which `roar-core run` must not wait for)."""
 
-    run_id: str
-    ended: bool
-    dead: bool  # its producer is gone (or closed the log)
-    error: str | None  # why the recorder's last attempt failed
+    __slots__ = ("run_id", "ended", "dead", "error")
+
+    def __init__(self, run_id: str, ended: bool, dead: bool, error: str | None) -> None:
+        self.run_id = run_id
+        self.ended = ended
+        self.dead = dead  # its producer is gone (or closed the log)
+        self.error = error  # why the recorder's last attempt failed
 
 
 def outstanding(directory: str | os.PathLike, live: list[Path] | None = None

@@ -5,7 +5,6 @@ registers the plugin.  Imported by Ray's runtime-env agent: keep it light (no Ra
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from pathlib import Path
@@ -31,7 +30,7 @@ NEXT_ENV_HOOK_VAR = "_ROAR_RAY_NEXT_ENV_HOOK"  # a RAY_RUNTIME_ENV_HOOK that was
 
 KV_NAMESPACE = "roar"  # Ray internal KV: "<job run id>:<child task id>" -> parent run id
 RAY_KEYS = ("job_name",)  # settings of this integration, beside roar's configuration keys
-CONFIG_KEYS = tuple(f.name for f in dataclasses.fields(config.Config) if f.name != "project_root")
+CONFIG_KEYS = config.KEYS
 DOCS = "integrations/ray/README.md"
 
 

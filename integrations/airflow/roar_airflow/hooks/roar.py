@@ -30,7 +30,7 @@ import os
 import socket
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -254,7 +254,7 @@ def _config() -> Config:
 
         st = settings()
         cfg = config.load(cwd=Path(st.cwd), **st.overrides)
-        _CONFIG = replace(cfg, exclude=(*cfg.exclude, *st.exclude))
+        _CONFIG = cfg.replace(exclude=(*cfg.exclude, *st.exclude))
     return _CONFIG
 
 
