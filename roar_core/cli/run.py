@@ -19,7 +19,6 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 
 from roar_core.config import Config
@@ -170,7 +169,7 @@ def begin(cfg: Config, argv: list[str], job_name: str, traced: bool,
     from roar_core.ids import new_run_id
 
     meta = {"run_id": new_run_id(), "engine": "cli", "namespace": cfg.namespace,
-            "job_name": job_name, "started_at": datetime.now(timezone.utc).isoformat(),
+            "job_name": job_name, "started_at": tasklog.now_iso(),
             "command": list(argv), "host": socket.gethostname(), "pid": os.getpid(),
             "traced": traced, "untraced_reason": untraced_reason, "cwd": os.getcwd()}
     own_name = f"{RUN_PREFIX}{os.urandom(16).hex()}"
@@ -323,6 +322,7 @@ def adopt_old_runs(cfg: Config) -> int:
     own, with its begin and end, for the recorder to record like any run (an upgrade loses
     nothing).  Returns how many."""
     import json
+    from datetime import datetime
 
     from roar_core.recording.sessions import pid_alive
 

@@ -23,7 +23,6 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 from roar_core.recording import tasklog
@@ -106,7 +105,12 @@ def ensure(directory: Path) -> None:
     """Start the directory's recorder unless one runs (a second one exits at once)."""
     if running(directory):
         return
+    from roar_core.pipeline import tracer
+
     with _SPAWN_LOCK:
+        if tracer.loaded() is None:  # no tracer in this process (`roar-core run`)
+            _spawn(directory)
+            return
         # From a thread the tracer ignores: the shim then leaves the child's environment
         # alone (no LD_PRELOAD put back), so the recorder is not traced.
         t = threading.Thread(target=_spawn, args=(directory,), name="roar-spawn")
@@ -231,6 +235,7 @@ def main(argv: list[str]) -> int:
     else:
         yield_cpu()  # the tasks come first; who needs the lineage waits for it to catch up
     import logging
+    from datetime import datetime, timezone
 
     from roar_core.pipeline.writer import freeze_heap
     from roar_core.recording.follower import CausalOrder, Follower

@@ -38,13 +38,13 @@ import socket
 import stat
 import time
 from collections import namedtuple
-from datetime import datetime, timezone
 from pathlib import Path
 
 from roar_core.slotted import Slotted
 
 TYPE_CHECKING = False  # not typing's (see roar_core.slotted)
 if TYPE_CHECKING:  # the writing side stays light: producers import only this module
+    from datetime import datetime
     from typing import Any
 
     from roar_core.pipeline.writer import TaskMeta, TaskOutcome
@@ -112,7 +112,17 @@ def meta_to_json(meta: TaskMeta) -> dict:
     return d
 
 
+def now_iso() -> str:
+    """`datetime.now(timezone.utc).isoformat()` to the microsecond, without importing
+    datetime (~0.8 ms, on every `roar-core run`)."""
+    us = time.time_ns() // 1000
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(us // 1_000_000)) + \
+        f".{us % 1_000_000:06d}+00:00"
+
+
 def meta_from_json(d: dict) -> TaskMeta:
+    from datetime import datetime
+
     from roar_core.pipeline import emission
     from roar_core.pipeline.declared import Declared
     from roar_core.pipeline.facets import RUN_FACETS
@@ -144,7 +154,7 @@ def end_entry(run_id: str, status: str, *, error: str | None = None,
               shadow: tuple[str, str] | None = None) -> dict[str, Any]:
     """A task's end line (see `TaskLog.ended`)."""
     entry: dict[str, Any] = {"e": run_id, "s": status,
-                             "t": (ended_at or datetime.now(timezone.utc)).isoformat()}
+                             "t": ended_at.isoformat() if ended_at else now_iso()}
     for key, value in (("x", exit_code), ("m", error), ("c", captured), ("p", pid),
                        ("sh", shadow)):
         if value is not None:
@@ -258,7 +268,7 @@ class TaskLog:
 
     def workflow_ended(self, run_id: str, status: str, error: str | None = None) -> None:
         self._write({"we": run_id, "s": status, "m": error,
-                     "t": datetime.now(timezone.utc).isoformat()})
+                     "t": now_iso()})
 
     def begun(self, meta: TaskMeta | dict[str, Any], lifetime: bool = False,
               own_dir: str | None = None) -> None:
@@ -482,6 +492,8 @@ class TaskLogFile(Slotted):
 
     def read_more(self) -> list[Entry]:
         """Apply the complete lines appended since the last read; returns tasks begun."""
+        from datetime import datetime
+
         try:
             with open(self.path, "rb") as f:
                 f.seek(self._offset)
