@@ -216,12 +216,13 @@ class Ran(Slotted):
 
 
 def run(cfg: Config, argv: list[str], job_name: str | None = None, *,
-        roar: Any = None, wait: bool = False,
+        roar: Any = None, wait: bool = False, short_answer: bool = False,
         progress: Callable[[int, int], None] | None = None) -> Ran:
     """Run argv traced and log its begin and end.  `wait`: someone waits for the run to be
     recorded (`answer`): its logs are read while it runs, and its end asks for the
-    recorder's answer; `roar`: that someone may record it in this process, its files are
-    hashed with roar's hasher; `progress`: of the hashing, without one."""
+    recorder's answer (`short_answer`: listing a few files of each kind, with counts);
+    `roar`: that someone may record it in this process, its files are hashed with roar's
+    hasher; `progress`: of the hashing, without one."""
     wait = wait or roar is not None
     usable, reason = tracer_usable(cfg)
     try:
@@ -237,7 +238,7 @@ def run(cfg: Config, argv: list[str], job_name: str | None = None, *,
     except OSError as e:  # e.g. command not found: answer like a shell (127/126)
         rc = 127 if isinstance(e, FileNotFoundError) else 126
         print(f"roar-core: {argv[0]}: {e.strerror}", file=sys.stderr)
-    read = captured = None
+    read = captured = summary = None
     if collector is not None:
         try:
             whole = collector.read_whole()
@@ -249,13 +250,14 @@ def run(cfg: Config, argv: list[str], job_name: str | None = None, *,
                 from roar_core.pipeline.capture import to_dict
 
                 captured = to_dict(taken)
+                summary = tasklog.read_summary(whole)
         except Exception as e:  # the recorder takes the versions later, as best it can
             print(f"roar-core: warning: file versions not taken at the command's end: "
                   f"{type(e).__name__}: {e}", file=sys.stderr)
     note_missing_hasher()
     status, error = _outcome(rc)
     fd = begun.log.ended(begun.run_id, status, error=error, exit_code=rc, captured=captured,
-                         wait=wait)
+                         read=summary, wait=wait, short_answer=short_answer)
     if not begun.log.ok:  # recorded as a run whose runner died: ABORT, with its trace
         print(f"roar-core: warning: cannot write the run's end in {begun.log.path}",
               file=sys.stderr)

@@ -18,9 +18,10 @@ from rich.text import Text
 
 from roar_core import config as config_mod
 from roar_core.cli.run import RunResult, how_it_ended
+from roar_core.recording import tasklog
 
 PROGRESS_DELAY_S = 1.0  # hashing shorter than this shows no progress bar
-LIST_MAX = 5  # files per role listed in the summary after `run`
+LIST_MAX = tasklog.SHORT_ANSWER  # files per role listed in the summary after `run`
 SHORT_DIGEST = 12  # hex digits shown; the full digest is in tooltips and tables
 
 
@@ -79,14 +80,16 @@ class HashProgress:
             self._bar.stop()
 
 
-def _listing(label: str, items: list[tuple[str, str | None]], cwd: Path) -> list[Text]:
-    lines = [Text(f"  {label} ({len(items)})" + (":" if items else ""))]
-    for name, digest in items[:LIST_MAX]:
+def _listing(label: str, items: list[tuple[str, str | None]], cwd: Path,
+             total: int) -> list[Text]:
+    lines = [Text(f"  {label} ({total})" + (":" if total else ""))]
+    shown = items[:LIST_MAX]
+    for name, digest in shown:
         line = Text(f"    {display_path(name, cwd)}  ")
         line.append(short_digest(digest), style="dim")
         lines.append(line)
-    if len(items) > LIST_MAX:
-        lines.append(Text(f"    ... and {len(items) - LIST_MAX} more"))
+    if total > len(shown):
+        lines.append(Text(f"    ... and {total - len(shown)} more"))
     return lines
 
 
@@ -118,11 +121,16 @@ def summary_lines(result: RunResult, job: str, cwd: Path | None = None) -> list[
     # files (and the OpenLineage client imported for it) took 80 ms to list five.
     ins, outputs = data.get("inputs") or [], data.get("outputs") or []
     outs = [d for d in outputs if d.get("lifecycle") != "DROP"]
-    lines += _listing("inputs", [(_uri(d), d.get("digest")) for d in ins], cwd)
-    lines += _listing("outputs", [(_uri(d), d.get("digest")) for d in outs], cwd)
-    deleted = [(_uri(d), None) for d in outputs if d.get("lifecycle") == "DROP"]
-    if deleted:
-        lines += _listing("deleted", deleted, cwd)
+    gone = [d for d in outputs if d.get("lifecycle") == "DROP"]
+    # A short answer (tasklog.SHORT_ANSWER files of each kind) says how many there are.
+    counts = data.get("counts") or {"inputs": len(ins), "outputs": len(outs),
+                                    "deleted": len(gone)}
+    lines += _listing("inputs", [(_uri(d), d.get("digest")) for d in ins], cwd,
+                      counts["inputs"])
+    lines += _listing("outputs", [(_uri(d), d.get("digest")) for d in outs], cwd,
+                      counts["outputs"])
+    if counts["deleted"]:
+        lines += _listing("deleted", [(_uri(d), None) for d in gone], cwd, counts["deleted"])
     if unseen := (data.get("task") or {}).get("unseen_io"):
         lines.append(Text(f"roar-core: warning: it ran {', '.join(unseen)}: its S3 transfers "
                           "are not in the lineage (only boto3/botocore's are seen)",
@@ -159,7 +167,7 @@ def run_and_record(cfg: config_mod.Config, argv: list[str], job_name: str | None
     gc.disable()
     err = stderr_console()
     progress = HashProgress(err)
-    ran = run(cfg, argv, job_name, wait=True, progress=progress)
+    ran = run(cfg, argv, job_name, wait=True, short_answer=True, progress=progress)
     progress.close()
     if ran.begun is None:
         result = result_of(ran)  # which says so

@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING
 
 from roar_core.pipeline.attribution import UNATTRIBUTED
 from roar_core.pipeline.store_records import StoreError
-from roar_core.recording.sessions import SessionCollector, WholeSession
+from roar_core.recording.sessions import SessionCollector, WholeSession, summarized
 from roar_core.recording.tasklog import (
+    SHORT_ANSWER,
     WAIT_PREFIX,
     Entry,
     Given,
@@ -61,19 +62,30 @@ def _died(j: TaskLogFile, entry: Entry, lifetime_status: str) -> TaskOutcome:
     return outcome
 
 
-def result_of(r: RecordedTask) -> dict:
-    """What a waiting producer is told of a recorded task (tasklog.Result reads it)."""
+def result_of(r: RecordedTask, short: bool = False) -> dict:
+    """What a waiting producer is told of a recorded task (tasklog.Result reads it).
+    `short`: the first SHORT_ANSWER inputs, outputs and deleted files, and how many of
+    each there are (5,000 files each way made and read back only to show five)."""
     from dataclasses import asdict
 
     from roar_core.pipeline.writer import lineage_of
 
     lineage = lineage_of(r.meta, r.outcome, r.inputs, r.outputs)
-    return {"ok": True, "status": r.outcome.status, "error": None,
-            "run_id": r.meta.run_id, "job_name": r.meta.job_name, "traced": r.meta.traced,
-            "untraced_reason": r.meta.untraced_reason, "dropped": r.outcome.dropped,
-            "inputs": [_plain(d) for d in r.inputs], "outputs": [_plain(d) for d in r.outputs],
-            "task": asdict(lineage.task) if lineage.task else None,
-            "io": asdict(lineage.io) if lineage.io else None}
+    inputs, outputs, counts = r.inputs, r.outputs, None
+    if short:
+        kept = [d for d in outputs if d.lifecycle != "DROP"]
+        deleted = [d for d in outputs if d.lifecycle == "DROP"]
+        counts = {"inputs": len(inputs), "outputs": len(kept), "deleted": len(deleted)}
+        inputs, outputs = inputs[:SHORT_ANSWER], kept[:SHORT_ANSWER] + deleted[:SHORT_ANSWER]
+    answer = {"ok": True, "status": r.outcome.status, "error": None,
+              "run_id": r.meta.run_id, "job_name": r.meta.job_name, "traced": r.meta.traced,
+              "untraced_reason": r.meta.untraced_reason, "dropped": r.outcome.dropped,
+              "inputs": [_plain(d) for d in inputs], "outputs": [_plain(d) for d in outputs],
+              "task": asdict(lineage.task) if lineage.task else None,
+              "io": asdict(lineage.io) if lineage.io else None}
+    if counts is not None:
+        answer["counts"] = counts
+    return answer
 
 
 def _plain(d) -> dict:
@@ -331,9 +343,15 @@ class Follower:
                 log.error("roar: workflow run of task %s not stored: %s", entry.meta.job_name, e)
             if entry.records is None:  # taken once: a retry records the same
                 given = self.given.pop(entry.meta.run_id, None)
+                read = given and given.session
                 if given is not None and entry.captured is not None:
                     entry.taken = given.capture  # as it is, not from its JSON
-                entry.records, entry.dropped = f.events(entry, given and given.session)
+                elif entry.captured is not None and entry.read is not None and \
+                        entry.own_dir and entry.shadow is None:
+                    # Its versions came with its end: its records are not needed, only
+                    # what its producer's read of them found.
+                    read = summarized(entry.read)
+                entry.records, entry.dropped = f.events(entry, read)
                 outcome.dropped += entry.dropped
             tasks.append((f, entry, EndedTask(entry.meta, outcome, entry.records,
                                               start=not entry.started)))
@@ -606,7 +624,8 @@ class Follower:
         entry.started = entry.recorded = True
         mark: dict = {"r": entry.meta.run_id}
         if f.tasklog.results or entry.waited:
-            mark["res"] = answer if isinstance(answer, dict) else result_of(answer)
+            mark["res"] = answer if isinstance(answer, dict) else result_of(
+                answer, short=entry.short)
         f.mark(mark)
         if entry.waited:
             f.waiters.append(entry.meta.run_id)

@@ -261,6 +261,13 @@ def _sched_setattr() -> Callable[[bytes], int] | None:
 WholeSession = namedtuple("WholeSession", ["events", "logs_read", "errors"])
 
 
+def summarized(read: dict) -> WholeSession:
+    """A task's own session as its producer's whole read of it found it
+    (tasklog.read_summary), without its records."""
+    return WholeSession(TaskEvents("", dropped=int(read["dropped"])), int(read["logs"]),
+                        [str(e) for e in read["errors"]])
+
+
 class SessionCollector:
     """Incremental reader of a session's logs.  Logs of processes still running are read
     up to their last committed record; the rest is picked up by the next collect()."""

@@ -48,6 +48,7 @@ if TYPE_CHECKING:  # the writing side stays light: producers import only this mo
     from typing import Any
 
     from roar_core.pipeline.writer import TaskMeta, TaskOutcome
+    from roar_core.recording.sessions import WholeSession
 
 
 class _Log:
@@ -67,6 +68,7 @@ PREFIX = "tasks-"
 SUFFIX = ".jsonl"
 WAKE = "recorder.wake"  # a FIFO the recorder waits on between passes
 WAIT_PREFIX = "wait-"  # FIFOs of producers waiting for one task, or for their whole log
+SHORT_ANSWER = 5  # files of each kind in a short answer (`ended(short_answer=True)`)
 _META_FIELDS = ("run_id", "engine", "namespace", "job_name", "engine_task_id", "attempt",
                 "parent_run_id", "command", "host", "pid", "node_id", "traced",
                 "untraced_reason", "cwd")
@@ -112,6 +114,14 @@ def meta_to_json(meta: TaskMeta) -> dict:
     return d
 
 
+def read_summary(session: WholeSession) -> dict[str, Any]:
+    """What a whole read of a task's own session found, but its records: for an end line
+    that carries the task's versions (`captured`), which are all the recorder needs of
+    the records (it would read and attribute every one of them again)."""
+    return {"logs": session.logs_read, "dropped": session.events.dropped,
+            "errors": session.errors}
+
+
 def now_iso() -> str:
     """`datetime.now(timezone.utc).isoformat()` to the microsecond, without importing
     datetime (~0.8 ms, on every `roar-core run`)."""
@@ -151,12 +161,13 @@ def _line(entry: dict) -> bytes:
 def end_entry(run_id: str, status: str, *, error: str | None = None,
               exit_code: int | None = None, ended_at: datetime | None = None,
               captured: dict[str, Any] | None = None, pid: int | None = None,
-              shadow: tuple[str, str] | None = None) -> dict[str, Any]:
+              shadow: tuple[str, str] | None = None,
+              read: dict[str, Any] | None = None) -> dict[str, Any]:
     """A task's end line (see `TaskLog.ended`)."""
     entry: dict[str, Any] = {"e": run_id, "s": status,
                              "t": ended_at.isoformat() if ended_at else now_iso()}
     for key, value in (("x", exit_code), ("m", error), ("c", captured), ("p", pid),
-                       ("sh", shadow)):
+                       ("sh", shadow), ("rd", read)):
         if value is not None:
             entry[key] = value
     return entry
@@ -287,17 +298,23 @@ class TaskLog:
     def ended(self, run_id: str, status: str, *, error: str | None = None,
               exit_code: int | None = None, ended_at: datetime | None = None,
               captured: dict[str, Any] | None = None, pid: int | None = None,
-              shadow: tuple[str, str] | None = None, wait: bool = False) -> int | None:
+              shadow: tuple[str, str] | None = None, read: dict[str, Any] | None = None,
+              wait: bool = False, short_answer: bool = False) -> int | None:
         """`captured`: the task's versions as it ended (`capture.to_dict`), taken by the
         producer; without them the recorder takes them when it records the task.  `pid`:
         the task's own process, known only now.  `shadow`: (shadow root, workdir) -- the
-        task ran in a shadow directory whose paths name files of the workdir.  `wait`:
-        returns a descriptor for `wait_for` (call it: it closes the descriptor)."""
+        task ran in a shadow directory whose paths name files of the workdir.  `read`:
+        with `captured`, what the producer's whole read of the task's own session found
+        (`read_summary`): the recorder then need not read it again.  `wait`: returns a
+        descriptor for `wait_for` (call it: it closes the descriptor); `short_answer`:
+        the answer lists the first SHORT_ANSWER files of each kind and counts the rest
+        (what `run --wait` shows), not all of them."""
         entry = end_entry(run_id, status, error=error, exit_code=exit_code,
-                          ended_at=ended_at, captured=captured, pid=pid, shadow=shadow)
+                          ended_at=ended_at, captured=captured, pid=pid, shadow=shadow,
+                          read=read)
         fd = None
         if wait:
-            entry["w"] = 1
+            entry["w"] = 2 if short_answer else 1
             fd = self._waiter(run_id)
         self._write(entry)
         if self._wake or wait:
@@ -404,7 +421,7 @@ class Entry(Slotted):
 
     __slots__ = ("meta", "lifetime", "outcome", "started", "recorded", "captured", "own_dir",
                  "shadow", "waited", "died", "records", "dropped", "failures", "retry_at",
-                 "error", "taken")
+                 "error", "taken", "read", "short")
 
     def __init__(self, meta: TaskMeta, lifetime: bool = False, *,
                  own_dir: str | None = None) -> None:
@@ -417,6 +434,7 @@ class Entry(Slotted):
         self.own_dir = own_dir
         self.shadow: tuple[str, str] | None = None
         self.waited = False
+        self.short = False  # its waiting producer wants a short answer
         self.died = False  # its producer went away before it ended (outcome made for it)
         self.records: list | None = None  # its tracer records, once taken (for a retry)
         self.dropped = 0
@@ -425,6 +443,8 @@ class Entry(Slotted):
         self.error: str | None = None  # why the last attempt failed, as marked in its log
         # its Capture, when its producer records it in-process (`captured`)
         self.taken: Any = None
+        # its own session as its producer read it whole (`read_summary`), with `captured`
+        self.read: dict[str, Any] | None = None
 
 
 class Workflow(Slotted):
@@ -518,10 +538,12 @@ class TaskLogFile(Slotted):
                     entry.outcome = TaskOutcome(
                         d["s"], datetime.fromisoformat(d["t"]), d.get("x"), d.get("m"))
                     entry.captured = d.get("c")
+                    entry.read = d.get("rd")
                     if d.get("p") is not None:
                         entry.meta.pid = d["p"]
                     entry.shadow = tuple(d["sh"]) if d.get("sh") else None
                     entry.waited = bool(d.get("w"))
+                    entry.short = d.get("w") == 2
                 elif "fail" in d and d["fail"] in self.entries:
                     self.entries[d["fail"]].error = d.get("m")
                 elif "started" in d and d["started"] in self.entries:
@@ -582,6 +604,9 @@ class Result:
 
     @property
     def counts(self) -> tuple[int, int]:
+        """(inputs, outputs): outputs with the deleted files, which are DROP outputs."""
+        if (n := self.data.get("counts")) is not None:  # a short answer
+            return n["inputs"], n["outputs"] + n["deleted"]
         return len(self.data.get("inputs") or []), len(self.data.get("outputs") or [])
 
     @property
