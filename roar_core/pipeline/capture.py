@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -178,8 +179,16 @@ def taken_late(c: Capture, ended_ns: int) -> Capture:
 # Paths are bytes: carried as str with surrogate escapes (json escapes those losslessly).
 
 
+# os.fsdecode/fsencode, without their Python-level wrapper (2.5 us a call, twice per file).
+_FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
+
+
 def _path(p: bytes) -> str:
-    return os.fsdecode(p)
+    return p.decode(_FS_ENCODING, _FS_ERRORS)
+
+
+def _unpath(p: str) -> bytes:
+    return p.encode(_FS_ENCODING, _FS_ERRORS)
 
 
 def _state(s: FileState | None) -> list[int] | None:
@@ -190,17 +199,14 @@ def _unstate(s: list[int] | None) -> FileState | None:
     return None if s is None else FileState(*s)
 
 
-def _version(v: Version) -> list[Any]:
-    return [v.digest, v.size, _state(v.state), v.why]
-
-
 def _unversion(v: list[Any]) -> Version:
     return Version(v[0], v[1], _unstate(v[2]), v[3])
 
 
 def _access(a: FileAccess) -> list[Any]:
-    out = [_path(a.path), a.name, a.role, a.read_via, _state(a.pre_state), a.first_ns,
-           a.existed, _state(a.state)]
+    path = _path(a.path)
+    out = [path, None if a.name == path else a.name, a.role, a.read_via,
+           _state(a.pre_state), a.first_ns, a.existed, _state(a.state)]
     if (o := a.obj) is not None:
         out.append([o.version, o.digest, o.size, o.file and _path(o.file), o.why,
                     list(o.source) if o.source else None])
@@ -211,34 +217,77 @@ def _unaccess(x: list[Any]) -> FileAccess:
     obj = None
     if len(x) > 8:
         o = x[8]
-        obj = ObjectVersion(o[0], o[1], o[2], o[3] and os.fsencode(o[3]), o[4],
+        obj = ObjectVersion(o[0], o[1], o[2], o[3] and _unpath(o[3]), o[4],
                             tuple(o[5]) if o[5] else None)
-    return FileAccess(os.fsencode(x[0]), x[1], x[2], x[3], _unstate(x[4]), x[5], x[6],
-                      _unstate(x[7]), obj)
+    # A null name is the path's (format 2).
+    return FileAccess(_unpath(x[0]), x[0] if x[1] is None else x[1], x[2], x[3],
+                      _unstate(x[4]), x[5], x[6], _unstate(x[7]), obj)
 
 
 _LISTS = ("inputs", "outputs", "transient", "deleted", "code")
+
+
+# Format 2 (`"f": 2`): a version names its file by its index in the list of accesses of its
+# kind, and its state as the access's (AT_END, AT_OPEN) where it is one of those; a name
+# equal to its path is null.  Each file's path and state went into the line three and two
+# times: half of a 5,000-file task's hand-off was copies.  Format 1 (no "f") is still read:
+# a task log written before an upgrade.
+FORMAT = 2
+_VERSIONS = (("inputs", "v_inputs"), ("outputs", "v_outputs"), ("code", "v_code"))
+AT_END, AT_OPEN = 1, 2
 
 
 def to_dict(c: Capture) -> dict[str, Any]:
     """JSON-ready (a journal line, a file)."""
     io = c.io
     data: dict[str, Any] = {k: [_access(a) for a in getattr(io, k)] for k in _LISTS}
+    data["f"] = FORMAT
     data["commands"], data["untraceable"] = io.commands, io.untraceable
     if io.unseen:
         data["unseen"] = io.unseen
-    for k in ("inputs", "outputs", "code"):
-        data["v_" + k] = [[_path(p), *_version(v)] for p, v in getattr(c, k).items()]
+    for kind, key in _VERSIONS:
+        accesses = getattr(io, kind)
+        index = {a.path: i for i, a in enumerate(accesses)}
+        out = data[key] = []
+        for path, v in getattr(c, kind).items():
+            i = index.get(path)
+            a = accesses[i] if i is not None else None
+            st = v.state
+            state = (None if st is None else AT_END if a is not None and st == a.state
+                     else AT_OPEN if a is not None and st == a.pre_state else list(st))
+            out.append([_path(path) if i is None else i, v.digest, v.size, state, v.why])
     return data
 
 
 def from_dict(data: dict[str, Any]) -> Capture:
+    if data.get("f") != FORMAT:
+        return _from_dict_1(data)
+    io = TaskIO(**{k: [_unaccess(a) for a in data[k]] for k in _LISTS},
+                commands=data["commands"], untraceable=data["untraceable"],
+                unseen=data.get("unseen", []))
+    c = Capture(io)
+    for kind, key in _VERSIONS:
+        accesses = getattr(io, kind)
+        got = getattr(c, kind)
+        for ref, digest, size, state, why in data[key]:
+            if isinstance(ref, int):
+                a = accesses[ref]
+                path = a.path
+                st = (a.state if state == AT_END else a.pre_state if state == AT_OPEN
+                      else _unstate(state))
+            else:
+                path, st = _unpath(ref), _unstate(state)
+            got[path] = Version(digest, size, st, why)
+    return c
+
+
+def _from_dict_1(data: dict[str, Any]) -> Capture:
     io = TaskIO(**{k: [_unaccess(a) for a in data[k]] for k in _LISTS},
                 commands=data["commands"], untraceable=data["untraceable"],
                 unseen=data.get("unseen", []))
     c = Capture(io)
     for k in ("inputs", "outputs", "code"):
-        getattr(c, k).update((os.fsencode(x[0]), _unversion(x[1:])) for x in data["v_" + k])
+        getattr(c, k).update((_unpath(x[0]), _unversion(x[1:])) for x in data["v_" + k])
     return c
 
 
