@@ -235,7 +235,8 @@ class LineageWriter:
                                 lifecycle=lifecycle, unknown_version=unknown,
                                 object_version=object_version)
 
-    def _input_datasets(self, recorded: list[AccessRecord]) -> list[emission.Dataset]:
+    def _input_datasets(self, recorded: list[AccessRecord] | list[Access]
+                        ) -> list[emission.Dataset]:
         """Inputs under the path the task used (`symlinks`: the link it went through)."""
         out = []
         for rec in recorded:
@@ -290,19 +291,21 @@ class LineageWriter:
     def record(self, meta: TaskMeta, outcome: TaskOutcome, records: list[Record],
                untraceable: list[str] | None = None, *, start: bool = False,
                captured: Capture | None = None,
-               before_commit: Callable[[list], None] | None = None) -> RecordedTask:
+               before_commit: Callable[[list], None] | None = None,
+               answer: Callable[[RecordedTask], None] | None = None) -> RecordedTask:
         """`start`: the task's start was not recorded (`started`) yet: its row goes in with
         its end, one commit, and its START event right before its end's, one spool sync.
         `captured`: the task's versions, taken as it ended (`capture.capture`); without
         one they are taken now, so call this right as the task ends.  `before_commit`:
         given the task's events after it is staged and before the store commits it (a
         recorder that may die between the commit and the spool keeps them there, to send
-        without storing the task twice)."""
+        without storing the task twice).  `answer`: given the task's lineage as soon as it
+        is known, before the store (see `_stage`)."""
         with gc_paused():
             # With before_commit, its stage is one transaction that commits after it.
             with self.store.batch() if before_commit is not None else nullcontext():
                 task, events = self._stage(meta, outcome, records, untraceable, start,
-                                           captured)
+                                           captured, answer)
                 if before_commit is not None:
                     before_commit(events)
             if self.spool is not None:
@@ -312,18 +315,20 @@ class LineageWriter:
             return task
 
     def record_many(self, tasks: list[EndedTask],
-                    before_commit: Callable[[list], None] | None = None
+                    before_commit: Callable[[list], None] | None = None,
+                    answer: Callable[[RecordedTask], None] | None = None
                     ) -> list[RecordedTask]:
         """Ended tasks, in one store commit, then their events, in order: for a recorder
         catching up with many short tasks, where a commit each was most of the work (and
         of the disk writes).  All or nothing: a failure (StoreError, or any other) stores
         and sends none of them; record them one by one then (`record`).  `before_commit`:
-        given [(run id, its events)] once staged, before the commit (see `record`)."""
+        given [(run id, its events)] once staged, before the commit; `answer`: each task's
+        lineage as soon as it is known (see `record`)."""
         with gc_paused():
             # Hashed before the store's write lock is taken (a task without a capture).
             captures = [t.captured or self.capture(t.meta, t.records) for t in tasks]
             with self.store.batch():
-                staged = [self._stage(t.meta, t.outcome, t.records, None, t.start, c)
+                staged = [self._stage(t.meta, t.outcome, t.records, None, t.start, c, answer)
                           for t, c in zip(tasks, captures, strict=True)]
                 if before_commit is not None:
                     before_commit([(task.meta.run_id, events) for task, events in staged])
@@ -346,8 +351,13 @@ class LineageWriter:
 
     def _stage(self, meta: TaskMeta, outcome: TaskOutcome, records: list[Record],
                untraceable: list[str] | None, start: bool = False,
-               captured: Capture | None = None) -> tuple[RecordedTask, list]:
-        """Store the task; returns it and its events, to emit in order once stored."""
+               captured: Capture | None = None,
+               answer: Callable[[RecordedTask], None] | None = None
+               ) -> tuple[RecordedTask, list]:
+        """Store the task; returns it and its events, to emit in order once stored.
+        `answer`: given the task as it will be stored, before the store: its versions and
+        datasets are settled by then (what a producer waiting for its lineage needs, which
+        need not wait for the store's statements and commit)."""
         # As begun: the trace may yet find the task untraced, which its end records.
         self._put_facts()
         started = _task_run(meta) if start else None
@@ -407,6 +417,10 @@ class LineageWriter:
         code = [CodeFile(c.path, c.digest.removeprefix("blake3:"),
                          c.repo.url if c.repo else None, c.repo.commit if c.repo else None,
                          c.repo_path, c.dirty) for c in versions]
+        if answer is not None:
+            # The inputs as the store will record them (one access each, as given).
+            answer(RecordedTask(meta, outcome, captured, self._input_datasets(accesses),
+                                outputs))
         recorded = self.store.finish_task_run(
             meta.run_id, outcome.status, outcome.ended_at, exit_code=outcome.exit_code,
             error_message=outcome.error, dropped_events=outcome.dropped, code=code,

@@ -185,6 +185,8 @@ class Follower:
         self._unopened = 0  # logs listed whose header was not complete yet
         self._staged_fd = -1
         self._restaged = self._read_staged()  # run id -> events a killed recorder staged
+        # Tasks of this pass whose producers asked for an early answer (`_answer_early`).
+        self._early: dict[str, tuple[_Followed, Entry]] = {}
 
     def poll(self) -> int:
         """One pass; returns how many tasks it recorded (lineage, not STARTs).  Everything
@@ -355,12 +357,15 @@ class Follower:
                 outcome.dropped += entry.dropped
             tasks.append((f, entry, EndedTask(entry.meta, outcome, entry.records,
                                               start=not entry.started)))
+        self._early = {e.meta.run_id: (f, e) for f, e, _ in tasks
+                       if e.waited and e.early and not e.answered}
         if len(tasks) > 1:  # one commit for all
             try:
                 for _, entry, task in tasks:
                     task.captured = self._captured(entry, task)
                 recorded = self.roar.writer.record_many([task for _, _, task in tasks],
-                                                          before_commit=self._stage)
+                                                          before_commit=self._stage,
+                                                          answer=self._answer_early)
                 self._unstage()
             except Exception as e:  # nothing of them stored: one by one, to lose none
                 log.info("roar: %d tasks not recorded at once (%s); one by one",
@@ -570,7 +575,8 @@ class Follower:
             try:
                 result = self.roar.writer.record(
                     task.meta, task.outcome, task.records, captured=task.captured,
-                    start=task.start, before_commit=lambda ev: self._stage([(run_id, ev)]))
+                    start=task.start, before_commit=lambda ev: self._stage([(run_id, ev)]),
+                    answer=self._answer_early)
                 self._unstage()
             except StoreError:
                 # Its START may be stored already: by a follower that died before marking
@@ -588,6 +594,19 @@ class Follower:
             return None
         self._recorded(f, entry, result)
         return result
+
+    def _answer_early(self, task: RecordedTask) -> None:
+        """A producer waiting for its task's lineage that asked for it as soon as it is
+        known (`early`: Airflow's, whose provider sends the events) has it now, before the
+        store: its versions and datasets are settled.  Recorded or not, the task stays in
+        its log until it is (its recorded mark follows)."""
+        found = self._early.pop(task.meta.run_id, None)
+        if found is None:
+            return
+        f, entry = found
+        entry.answered = True
+        f.answer({"a": entry.meta.run_id, "res": result_of(task, short=entry.short)},
+                 entry.meta.run_id)
 
     def _captured(self, entry: Entry, task: EndedTask) -> Capture:
         """Taken by the producer as the task ended; else taken now: as of its end when
@@ -623,7 +642,7 @@ class Follower:
         """Mark the task recorded; `answer`: what was recorded, or what to say of it."""
         entry.started = entry.recorded = True
         mark: dict = {"r": entry.meta.run_id}
-        if f.tasklog.results or entry.waited:
+        if (f.tasklog.results or entry.waited) and not entry.answered:
             mark["res"] = answer if isinstance(answer, dict) else result_of(
                 answer, short=entry.short)
         f.mark(mark)
@@ -683,6 +702,17 @@ class _Followed:
 
     def mark(self, entry: dict) -> None:
         self._marks.append(entry)
+
+    def answer(self, mark: dict, run_id: str) -> None:
+        """Write one mark now, not at the next sync, and wake the producer waiting on it."""
+        try:
+            if self._fd < 0:
+                self._fd = os.open(self.tasklog.path, _OPEN_APPEND)
+            os.write(self._fd, (json.dumps(mark, separators=(",", ":"), default=str)
+                                + "\n").encode())
+        except OSError:
+            return  # the log is gone: nobody waits for it
+        poke(self.collector.directory / f"{WAIT_PREFIX}{run_id}")
 
     def flush_marks(self) -> None:
         marks, self._marks = self._marks, []

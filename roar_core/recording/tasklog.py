@@ -21,6 +21,8 @@ tells a dead process from a later one that got the same pid):
     {"closed": 1}                                                nothing more comes
     {"started": "<run id>"}                                      START recorded (recorder)
     {"r": "<run id>", "res": {...}}                               recorded       (recorder)
+    {"a": "<run id>", "res": {...}}                               its lineage, before the
+                                                                 store (recorder, `early`)
 
 Every line is one O_APPEND write, so the two writers never interleave.  A task's own
 tracer session (`"d"`, a subdirectory: the task's processes are its alone) is read whole
@@ -299,7 +301,8 @@ class TaskLog:
               exit_code: int | None = None, ended_at: datetime | None = None,
               captured: dict[str, Any] | None = None, pid: int | None = None,
               shadow: tuple[str, str] | None = None, read: dict[str, Any] | None = None,
-              wait: bool = False, short_answer: bool = False) -> int | None:
+              wait: bool = False, short_answer: bool = False,
+              early: bool = False) -> int | None:
         """`captured`: the task's versions as it ended (`capture.to_dict`), taken by the
         producer; without them the recorder takes them when it records the task.  `pid`:
         the task's own process, known only now.  `shadow`: (shadow root, workdir) -- the
@@ -308,13 +311,17 @@ class TaskLog:
         (`read_summary`): the recorder then need not read it again.  `wait`: returns a
         descriptor for `wait_for` (call it: it closes the descriptor); `short_answer`:
         the answer lists the first SHORT_ANSWER files of each kind and counts the rest
-        (what `run --wait` shows), not all of them."""
+        (what `run --wait` shows), not all of them; `early`: the answer comes as soon as
+        the task's lineage is known, before the recorder has stored it (`{"a": ...}`:
+        for a producer that needs the lineage, not the store), then its recorded mark."""
         entry = end_entry(run_id, status, error=error, exit_code=exit_code,
                           ended_at=ended_at, captured=captured, pid=pid, shadow=shadow,
                           read=read)
         fd = None
         if wait:
             entry["w"] = 2 if short_answer else 1
+            if early:
+                entry["ea"] = 1
             fd = self._waiter(run_id)
         self._write(entry)
         if self._wake or wait:
@@ -387,7 +394,15 @@ class TaskLog:
                     try:
                         d = json.loads(raw)
                         if d["r"] in self.results:  # a task's (not a workflow run's)
-                            self.results[d["r"]] = d.get("res") or {}
+                            # (Without "res" after an early answer: that stays the answer.)
+                            self.results[d["r"]] = d.get("res") or self.results[d["r"]] or {}
+                    except (ValueError, KeyError, TypeError):
+                        pass
+                elif raw.startswith(b'{"a"'):  # an early answer (`ended(early=True)`)
+                    try:
+                        d = json.loads(raw)
+                        if d["a"] in self.results and not self.results[d["a"]]:
+                            self.results[d["a"]] = d["res"]
                     except (ValueError, KeyError, TypeError):
                         pass
                 elif raw.startswith(b'{"fail"'):
@@ -421,7 +436,7 @@ class Entry(Slotted):
 
     __slots__ = ("meta", "lifetime", "outcome", "started", "recorded", "captured", "own_dir",
                  "shadow", "waited", "died", "records", "dropped", "failures", "retry_at",
-                 "error", "taken", "read", "short")
+                 "error", "taken", "read", "short", "early", "answered")
 
     def __init__(self, meta: TaskMeta, lifetime: bool = False, *,
                  own_dir: str | None = None) -> None:
@@ -435,6 +450,8 @@ class Entry(Slotted):
         self.shadow: tuple[str, str] | None = None
         self.waited = False
         self.short = False  # its waiting producer wants a short answer
+        self.early = False  # ... as soon as its lineage is known (before the store)
+        self.answered = False  # that early answer was given
         self.died = False  # its producer went away before it ended (outcome made for it)
         self.records: list | None = None  # its tracer records, once taken (for a retry)
         self.dropped = 0
@@ -544,6 +561,7 @@ class TaskLogFile(Slotted):
                     entry.shadow = tuple(d["sh"]) if d.get("sh") else None
                     entry.waited = bool(d.get("w"))
                     entry.short = d.get("w") == 2
+                    entry.early = bool(d.get("ea"))
                 elif "fail" in d and d["fail"] in self.entries:
                     self.entries[d["fail"]].error = d.get("m")
                 elif "started" in d and d["started"] in self.entries:

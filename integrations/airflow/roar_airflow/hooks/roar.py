@@ -198,7 +198,8 @@ class RoarHook(BaseHook):
 
             tracer.loaded().end()
         tasks = _task_log(run.directory)
-        fd = tasks.ended(run.run_id, status, error=error, wait=True)
+        # Early: the provider needs the lineage, not the store's commit of it.
+        fd = tasks.ended(run.run_id, status, error=error, wait=True, early=True)
         recorded = tasks.wait_for(run.run_id, fd, WAIT_S)
         if not recorded and not recorder.running(run.directory):
             # No recorder could start: the last resort, recording here.
