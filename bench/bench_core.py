@@ -24,6 +24,7 @@ Runs are interleaved (untraced, traced, peer, ...) and every number is a median.
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import shutil
 import statistics
@@ -175,6 +176,9 @@ def main() -> int:
     ap.add_argument("--json", help="also write the raw numbers here (for bench/report)")
     args = ap.parse_args()
     args.files = [int(x) for x in args.files.split(",")]
+    # As installed: where PYTHONDONTWRITEBYTECODE is set nothing would write roar's
+    # bytecode, and every `roar-core run` would compile roar from source (~20 ms of it).
+    compileall.compile_dir(ROOT / "roar_core", quiet=1)
     base_env = clean_env()
     peer, note = find_peer(args.roar_cli_venv, base_env)
     root = Path(tempfile.mkdtemp(prefix="roar-bench-core-", dir=args.tmp))
