@@ -9,7 +9,7 @@ process to mark it recorded.  The recorder stores (SQLite) and, with --emit, spo
 events to a file transport.  Everything lives in a temporary ROAR_HOME.
 
     python bench/bench_recording.py [--tasks 200] [--parallel 1] [--warmup 20] [--emit]
-                                    [--no-wait] [--profile OUT]
+                                    [--no-wait] [--answer early|recorded] [--profile OUT]
 
 --parallel 0: the tasks run one after the other in the worker itself, one task log for all
 (as in a Ray worker); otherwise each in a forked process with a log of its own (Airflow).
@@ -38,8 +38,9 @@ WORKER = textwrap.dedent('''
     from roar_core.pipeline import tracer
     from roar_core.recording import recorder
     from roar_core.recording.tasklog import TaskLog
-    session, data, tasks, parallel, wait = (sys.argv[1], sys.argv[2], int(sys.argv[3]),
-                                            int(sys.argv[4]), sys.argv[5] == "1")
+    session, data, tasks, parallel, wait, early = (
+        sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1",
+        sys.argv[6] == "1")
     shim = tracer.loaded()
     assert shim is not None, "the tracer is not preloaded"
 
@@ -67,7 +68,7 @@ WORKER = textwrap.dedent('''
             f.write(text[:64] + str(n) + "\\n")
         t2 = time.perf_counter()
         shim.end()
-        fd = log.ended(run_id, "COMPLETE", wait=wait)
+        fd = log.ended(run_id, "COMPLETE", wait=wait, early=early)
         ok = log.wait_for(run_id, fd, 60) if wait else True
         t3 = time.perf_counter()
         return {"roar_ms": 1e3 * ((t1 - t0) + (t3 - t2)), "ok": ok}
@@ -129,6 +130,9 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--emit", action="store_true", help="spool events (file transport)")
     ap.add_argument("--no-wait", action="store_true")
+    ap.add_argument("--answer", choices=("early", "recorded"), default="early",
+                    help="what a waiting producer waits for: its lineage (as the Airflow "
+                         "hook, the default) or its recorded mark (after the store)")
     ap.add_argument("--profile", metavar="OUT", help="py-spy the recorder (collapsed stacks)")
     args = ap.parse_args()
 
@@ -146,7 +150,7 @@ def main() -> None:
     recorder.write_settings(session, cfg, waited=not args.no_wait, idle_exit_s=60)
     worker = subprocess.Popen(
         [sys.executable, "-c", WORKER, str(session), str(data), "0", str(args.parallel),
-         "0" if args.no_wait else "1"],
+         "0" if args.no_wait else "1", "1" if args.answer == "early" else "0"],
         env=tracer.preload_env(session, base=env), stdin=subprocess.PIPE,
         stdout=subprocess.PIPE, text=True, cwd=root)
     assert worker.stdout.readline() == "ready\n"
@@ -185,7 +189,7 @@ def main() -> None:
     lost = sum(not r["ok"] for r in results)
     times = [r["roar_ms"] for r in results]
     print(f"{args.tasks} tasks of 2 files, {args.parallel} at a time, "
-          f"{'waiting' if not args.no_wait else 'not waiting'}, "
+          f"{'waiting for the ' + args.answer + ' answer' if not args.no_wait else 'not waiting'}, "
           f"events {'spooled' if args.emit else 'off'}")
     print(f"producer's time on the task path: median {statistics.median(times):.2f} ms, "
           f"p95 {_pct(times, 0.95):.2f} ms, max {max(times):.2f} ms"

@@ -324,7 +324,6 @@ def adopt_old_runs(cfg: Config) -> int:
     own, with its begin and end, for the recorder to record like any run (an upgrade loses
     nothing).  Returns how many."""
     import json
-    from datetime import datetime
 
     from roar_core.recording.sessions import pid_alive
 
@@ -349,6 +348,8 @@ def adopt_old_runs(cfg: Config) -> int:
                         "traced": info["traced"], "untraced_reason": info.get("untraced_reason")}
                 end = None
                 if done is not None:
+                    from datetime import datetime  # here: most homes have no old runs
+
                     rc = int(done["returncode"])
                     status, error = _outcome(rc)
                     end = tasklog.end_entry(
