@@ -83,14 +83,20 @@ def wrapped(argv: list[str], out: str, cwd: str, env: dict[str, str]) -> int:
 
 
 @ray.remote
-def wrapped_in_project(argv: list[str], out: str, base: str, env: dict[str, str]) -> int:
-    """In this worker's own roar-cli project (see roar_cli_init)."""
-    cwd = Path(base) / f"w{os.getpid()}"
-    return _run_wrapped(argv, out, str(cwd), env) if cwd.is_dir() else 99
+def wrapped_in_project(argv: list[str], out: str, base: str, env: dict[str, str],
+                       venv: str) -> int:
+    """In this worker's own roar-cli project (made up front by roar_cli_init; a worker
+    those calls did not reach makes its own at its first task: 988 of 1,000 tasks once
+    failed for want of one)."""
+    return _run_wrapped(argv, out, _roar_cli_project(venv, base), env)
 
 
 @ray.remote
 def roar_cli_init(venv: str, base: str) -> str:
+    return _roar_cli_project(venv, base)
+
+
+def _roar_cli_project(venv: str, base: str) -> str:
     """A roar-cli project per worker process (one SQLite per project, no lock contention)."""
     d = Path(base) / f"w{os.getpid()}"
     if not (d / ".roar").exists():
@@ -207,8 +213,8 @@ class Bench:
                 base = str(self.root / "roarcli")
                 dirs = set(ray.get([roar_cli_init.remote(str(peer), base) for _ in range(64)]))
                 self.notes.append(f"roar run: {len(dirs)} roar-cli projects (one per worker)")
-                refs_fn = lambda: [wrapped_in_project.remote(argv, str(d / f"o{i}.bin"), base, env)  # noqa: E731
-                                   for i in range(n)]
+                refs_fn = lambda: [wrapped_in_project.remote(  # noqa: E731
+                    argv, str(d / f"o{i}.bin"), base, env, str(peer)) for i in range(n)]
             else:
                 refs_fn = lambda: [wrapped.remote(argv, str(d / f"o{i}.bin"), cwd, env)  # noqa: E731
                                    for i in range(n)]
