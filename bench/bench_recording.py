@@ -61,7 +61,9 @@ WORKER = textwrap.dedent('''
         recorder.ensure(Path(session))
         shim.begin(run_id)
         t1 = time.perf_counter()
-        src = os.path.join(data, f"{max(0, n - 1)}.txt")
+        # The previous task's output; tasks running side by side read the seed instead (the
+        # previous one may not have written its file yet).
+        src = os.path.join(data, f"{max(0, n - 1) if parallel < 2 else 0}.txt")
         with open(src) as f:
             text = f.read()
         with open(os.path.join(data, f"{n}.txt"), "w") as f:
