@@ -260,12 +260,12 @@ def to_dict(c: Capture) -> dict[str, Any]:
 
 
 def from_dict(data: dict[str, Any]) -> Capture:
-    if data.get("f") != FORMAT:
-        return _from_dict_1(data)
-    io = TaskIO(**{k: [_unaccess(a) for a in data[k]] for k in _LISTS},
-                commands=data["commands"], untraceable=data["untraceable"],
-                unseen=data.get("unseen", []))
-    c = Capture(io)
+    c = Capture(_task_io(data))
+    if data.get("f") != FORMAT:  # format 1: every version with its path and state
+        for k in ("inputs", "outputs", "code"):
+            getattr(c, k).update((_unpath(x[0]), _unversion(x[1:])) for x in data["v_" + k])
+        return c
+    io = c.io
     for kind, key in _VERSIONS:
         accesses = getattr(io, kind)
         got = getattr(c, kind)
@@ -281,14 +281,10 @@ def from_dict(data: dict[str, Any]) -> Capture:
     return c
 
 
-def _from_dict_1(data: dict[str, Any]) -> Capture:
-    io = TaskIO(**{k: [_unaccess(a) for a in data[k]] for k in _LISTS},
-                commands=data["commands"], untraceable=data["untraceable"],
-                unseen=data.get("unseen", []))
-    c = Capture(io)
-    for k in ("inputs", "outputs", "code"):
-        getattr(c, k).update((_unpath(x[0]), _unversion(x[1:])) for x in data["v_" + k])
-    return c
+def _task_io(data: dict[str, Any]) -> TaskIO:
+    return TaskIO(**{k: [_unaccess(a) for a in data[k]] for k in _LISTS},
+                  commands=data["commands"], untraceable=data["untraceable"],
+                  unseen=data.get("unseen", []))
 
 
 def input_digests(data: dict[str, Any]) -> set[str]:

@@ -705,28 +705,28 @@ class _Followed:
 
     def answer(self, mark: dict, run_id: str) -> None:
         """Write one mark now, not at the next sync, and wake the producer waiting on it."""
+        if self._append([mark]):
+            poke(self.collector.directory / f"{WAIT_PREFIX}{run_id}")
+
+    def _append(self, marks: list[dict]) -> bool:
+        """One O_APPEND write of the marks (never interleaved with the producer's lines);
+        False when the log is gone: nothing left to mark, nobody waits on it."""
         try:
             if self._fd < 0:
                 self._fd = os.open(self.tasklog.path, _OPEN_APPEND)
-            os.write(self._fd, (json.dumps(mark, separators=(",", ":"), default=str)
-                                + "\n").encode())
+            lines = "".join(json.dumps(m, separators=(",", ":"), default=str) + "\n"
+                            for m in marks)
+            os.write(self._fd, lines.encode())
         except OSError:
-            return  # the log is gone: nobody waits for it
-        poke(self.collector.directory / f"{WAIT_PREFIX}{run_id}")
+            return False
+        return True
 
     def flush_marks(self) -> None:
         marks, self._marks = self._marks, []
         if marks and not (self.done and not self.tasklog.closed):
             # (A dead producer's log is removed once done: no one reads its marks.  A closed
             # one's producer may be waiting to read them.)
-            try:
-                if self._fd < 0:
-                    self._fd = os.open(self.tasklog.path, _OPEN_APPEND)
-                lines = "".join(json.dumps(m, separators=(",", ":"), default=str) + "\n"
-                                for m in marks)
-                os.write(self._fd, lines.encode())  # one O_APPEND write: never interleaved
-            except OSError:
-                pass  # the log is gone: nothing left to mark
+            self._append(marks)
         directory = self.collector.directory
         waiters, self.waiters = self.waiters, []
         for run_id in waiters:
