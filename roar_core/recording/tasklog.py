@@ -38,6 +38,7 @@ import os
 import select
 import socket
 import stat
+import threading
 import time
 from collections import namedtuple
 from pathlib import Path
@@ -249,6 +250,9 @@ class TaskLog:
         self._said = not warn  # a lost line is logged once
         self._lost = False
         self._read_at = 0
+        # Threads of one producer wait for their tasks at once (Snakemake's job threads):
+        # two reads from the same offset would each advance it, past lines neither read.
+        self._reading = threading.Lock()
         self.results: dict[str, dict | None] = {}  # run id -> what the recorder said
         # `mono`: the processes of its tasks start after it (their tracer logs are newer)
         head = {"v": VERSION, "pid": self.pid, "start": self.start, "mono": time.monotonic_ns(),
@@ -377,6 +381,10 @@ class TaskLog:
 
     def read_results(self) -> None:
         """The recorder's marks appended since the last read."""
+        with self._reading:
+            self._read_results()
+
+    def _read_results(self) -> None:
         try:
             data = os.pread(self._fd, 1 << 24, self._read_at)
         except OSError:

@@ -250,3 +250,31 @@ def test_an_ended_task_is_started_and_ended_once_even_after_a_follower_died(roar
     for run_id in ids:
         assert [e["eventType"] for e in events if e["run"]["runId"] == run_id] == [
             "START", "COMPLETE"]
+
+
+def test_threads_reading_the_recorders_marks_at_once_lose_no_task(tmp_path):
+    """Snakemake's job threads each wait for their own task's answer, so several read the
+    log's marks at once while others begin tasks: every task begun is in the results."""
+    import threading
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    try:
+        log = tasklog.TaskLog(tmp_path, results=True)
+        ids = [f"0190a000-0000-7000-8000-{n:012d}" for n in range(4000)]
+
+        def begin(mine: list[str]) -> None:
+            for run_id in mine:
+                log.begun({"run_id": run_id, "job_name": "w.t"})
+                log.read_results()
+
+        threads = [threading.Thread(target=begin, args=(ids[k::4],)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    log.read_results()
+    assert set(log.results) == set(ids)
+    log.close()

@@ -207,7 +207,7 @@ def test_store_has_the_same_lineage_and_the_code(run):
 def test_summary_lists_the_undeclared_read(run):
     wd, done, _lin = run
     err = done.stderr
-    assert "roar: lineage of 8 job(s) recorded under workflow run wf6" in err
+    assert "roar: lineage of 8 job(s) recorded under workflow run wf6" in err, err[-4000:]
     lines = [ln for ln in err.splitlines() if "undeclared reads:" in ln]
     assert len(lines) == 2 and all("rule make" in ln for ln in lines)
     assert all(ln.endswith(str(wd / "ref.txt")) for ln in lines)
