@@ -260,6 +260,36 @@ def test_workflow_task_access_round_trip(store: Store) -> None:
     assert store.latest_version("/nowhere") is None
 
 
+def test_a_task_started_and_ended_in_one_commit_keeps_every_field(store: Store) -> None:
+    """A recorder stores a short task's start with its end (one row, written through the
+    driver): the row reads back as `start_task_run` + `finish_task_run` would leave it."""
+    run_id = str(uuid.uuid4())
+    cest = timezone(timedelta(hours=2))
+    started = TaskRun(run_id, "ray", "ns", "job.f", (T0 + timedelta(seconds=1)).astimezone(cest),
+                      engine_task_id="t1", attempt=1, host="node2", pid=77,
+                      command=["python", "-c", "x", "--password", "***"],
+                      code=[CodeFile("/src/f.py", D0)], environment={"python": "3.12", "n": 2},
+                      untraced_reason=None)
+    recorded = store.finish_task_run(
+        run_id, "COMPLETE", T0 + timedelta(seconds=2), 0, dropped_events=3, started=started,
+        accesses=[Access("/d/in", "input", D1, size=4), Access("/d/out", "output", D2, size=6,
+                                                              mtime_ns=9)])
+    assert [(r.uri, r.role, r.digest) for r in recorded] == [("/d/in", "input", D1),
+                                                            ("/d/out", "output", D2)]
+    rec = store.task_run(run_id)
+    assert (rec.status, rec.exit_code, rec.dropped_events, rec.error_message) == (
+        "COMPLETE", 0, 3, None)
+    assert rec.started_at == T0 + timedelta(seconds=1) and rec.started_at.tzinfo is not None
+    assert rec.ended_at == T0 + timedelta(seconds=2)
+    assert (rec.engine, rec.namespace, rec.job_name, rec.engine_task_id, rec.attempt,
+            rec.host, rec.pid) == ("ray", "ns", "job.f", "t1", 1, "node2", 77)
+    assert rec.command == ["python", "-c", "x", "--password", "***"]
+    assert rec.code == [CodeFile("/src/f.py", D0)]
+    assert rec.environment == {"python": "3.12", "n": 2}
+    assert (rec.traced, rec.untraced_reason) == (True, None)
+    assert store.latest_version("/d/out").producer_run_id == run_id
+
+
 def test_bulk_rows_store_timestamps_like_every_other_write(store: Store, where: Where) -> None:
     # File versions and artifacts go through the driver's executemany: their timestamps must
     # be converted exactly as SQLAlchemy converts the run rows' (SQLite: naive UTC text).
