@@ -632,6 +632,20 @@ class Store:
         with self._transaction("cannot query task runs", write=False) as conn:
             return [_task_record(row) for row in conn.execute(query)]
 
+    def untraced(self, workflow_run_id: str) -> dict[str, int]:
+        """How many task runs of a workflow run ran untraced, by reason ("?": none given).
+        Counted by the database: a job of thousands of tasks loaded every row (0.2 s at
+        3,000, where its lineage waited)."""
+        query = (select(TaskRunRow.untraced_reason, func.count())
+                 .where(TaskRunRow.workflow_run_id == workflow_run_id,
+                        TaskRunRow.traced.is_(False))
+                 .group_by(TaskRunRow.untraced_reason))
+        with self._transaction("cannot query task runs", write=False) as conn:
+            counts: dict[str, int] = {}
+            for reason, n in conn.execute(query):
+                counts[reason or "?"] = counts.get(reason or "?", 0) + n
+            return counts
+
     def accesses_of(self, task_run_id: str) -> list[AccessRecord]:
         with self._transaction("cannot query accesses", write=False) as conn:
             rows = conn.execute(

@@ -290,6 +290,18 @@ def test_a_task_started_and_ended_in_one_commit_keeps_every_field(store: Store) 
     assert store.latest_version("/d/out").producer_run_id == run_id
 
 
+def test_untraced_runs_are_counted_by_reason_within_their_workflow_run(store: Store) -> None:
+    for wf in ("wf1", "wf2"):
+        store.start_workflow_run(WorkflowRun(wf, "ray", "ns", "job", T0))
+    runs = [("wf1", True, None), ("wf1", False, "static binary"), ("wf1", False, "static binary"),
+            ("wf1", False, None), ("wf1", False, "setuid"), ("wf2", False, "setuid")]
+    for wf, traced, reason in runs:
+        task(store, "job.f", 1, workflow_run_id=wf, traced=traced, untraced_reason=reason)
+    assert store.untraced("wf1") == {"static binary": 2, "?": 1, "setuid": 1}
+    assert store.untraced("wf2") == {"setuid": 1}
+    assert store.untraced("none") == {}
+
+
 def test_bulk_rows_store_timestamps_like_every_other_write(store: Store, where: Where) -> None:
     # File versions and artifacts go through the driver's executemany: their timestamps must
     # be converted exactly as SQLAlchemy converts the run rows' (SQLite: naive UTC text).

@@ -23,7 +23,6 @@ import shutil
 import sys
 import threading
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -202,9 +201,7 @@ class DriverJob:
                              namespace=_env.KV_NAMESPACE)
 
     def _warn_untraced(self) -> None:
-        runs = self.roar.store.task_runs(self.run.run_id, limit=100_000)
-        reasons = Counter(r.untraced_reason or "?" for r in runs if not r.traced)
-        for reason, n in reasons.items():
+        for reason, n in self.roar.store.untraced(self.run.run_id).items():
             print(f"roar: WARNING: {n} task(s) of Ray job {self.run.job_name} ran UNTRACED "
                   f"(their file I/O is not in the lineage): {reason}", file=sys.stderr,
                   flush=True)
