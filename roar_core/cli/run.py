@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # imported when a run touched files: not on `roar-core run tr
     from typing import Any
 
     from roar_core.pipeline.capture import Capture
+    from roar_core.pipeline.hashing import Hasher
 
 RUN_PREFIX = "run-"  # a run's own tracer session, in the log's directory
 RECORDER_IDLE_S = 2.0  # the recorder waits this long for the next run before it exits
@@ -239,12 +240,14 @@ def run(cfg: Config, argv: list[str], job_name: str | None = None, *,
         rc = 127 if isinstance(e, FileNotFoundError) else 126
         print(f"roar-core: {argv[0]}: {e.strerror}", file=sys.stderr)
     read = captured = summary = None
+    hasher = None
     if collector is not None:
         try:
             whole = collector.read_whole()
-            taken = capture_now(cfg, whole.events.records, roar,
-                                stat_cache=begun.directory == cfg.sessions_dir,
-                                progress=progress)
+            if roar is None:
+                hasher = _hasher(cfg, whole.events.records,
+                                 stat_cache=begun.directory == cfg.sessions_dir)
+            taken = capture_now(cfg, whole.events.records, roar, hasher, progress=progress)
             read = Given(whole, taken)
             if taken is not None:
                 from roar_core.pipeline.capture import to_dict
@@ -258,6 +261,11 @@ def run(cfg: Config, argv: list[str], job_name: str | None = None, *,
     status, error = _outcome(rc)
     fd = begun.log.ended(begun.run_id, status, error=error, exit_code=rc, captured=captured,
                          read=summary, wait=wait, short_answer=short_answer)
+    if hasher is not None:
+        # The stat cache entries of the files hashed, written while the recorder reads the
+        # end (5,000 files: ~10 ms), and before this returns: the next command of the shell
+        # finds them.
+        hasher.close()
     if not begun.log.ok:  # recorded as a run whose runner died: ABORT, with its trace
         print(f"roar-core: warning: cannot write the run's end in {begun.log.path}",
               file=sys.stderr)
@@ -296,13 +304,27 @@ def _outcome(rc: int) -> tuple[str, str | None]:
     return "FAIL", how_it_ended(rc).replace("exit ", "exit code ", 1)
 
 
-def capture_now(cfg: Config, records: list, roar: Any = None, stat_cache: bool = True,
+def _hasher(cfg: Config, records: list, stat_cache: bool) -> Hasher | None:
+    """One of `cfg`'s hashers for the run's files (none when it touched none), with its stat
+    cache on disk unless `stat_cache=False` (the home cannot be written), holding the
+    cache's new entries until it is closed."""
+    from roar_core.pipeline.tracelog import LINEAGE_OPS
+
+    if not any(r.op in LINEAGE_OPS for r in records):
+        return None
+    from roar_core.pipeline import capture
+
+    hasher = capture.hasher_for(cfg, stat_cache=stat_cache)
+    hasher.hold_cache()
+    return hasher
+
+
+def capture_now(cfg: Config, records: list, roar: Any = None, hasher: Hasher | None = None,
                 progress: Callable[[int, int], None] | None = None) -> Capture | None:
     """The run's file versions, taken now that its command has ended and before `roar-core
     run` returns to the shell: the next command may rewrite or delete them at once, and
     the recorder, running later, must record what this one left (roar_core.pipeline.capture).
-    `roar`: with its hasher (and progress); else one of `cfg`'s, with its stat cache on
-    disk unless `stat_cache=False` (the home cannot be written)."""
+    `roar`: with its hasher (and progress); else with `hasher` (see `_hasher`)."""
     from roar_core.pipeline.tracelog import LINEAGE_OPS
 
     if not any(r.op in LINEAGE_OPS for r in records):
@@ -314,8 +336,8 @@ def capture_now(cfg: Config, records: list, roar: Any = None, stat_cache: bool =
         return capture.capture(records, rec.keep, rec.hasher, progress=rec.progress)
     from roar_core.pipeline.classification import PathFilter
 
-    with capture.hasher_for(cfg, stat_cache=stat_cache) as hasher:
-        return capture.capture(records, PathFilter.for_config(cfg), hasher, progress=progress)
+    assert hasher is not None
+    return capture.capture(records, PathFilter.for_config(cfg), hasher, progress=progress)
 
 
 def adopt_old_runs(cfg: Config) -> int:

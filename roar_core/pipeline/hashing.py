@@ -166,6 +166,7 @@ class Hasher:
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         self.owns_cache = owns_cache  # close() closes the cache too
+        self._held: list[tuple[FileState, str]] | None = None  # see hold_cache
         reset_after_fork(self)
 
     def _after_fork_in_child(self) -> None:
@@ -292,8 +293,22 @@ class Hasher:
     def _store(self, fresh: list[tuple[FileState, str]]) -> None:
         # One transaction per batch: a commit per file would cost more than hashing it.
         if fresh and self.cache is not None:
-            self.cache.put_many(fresh)
+            if self._held is not None:
+                self._held += fresh
+            else:
+                self.cache.put_many(fresh)
         fresh.clear()
+
+    def hold_cache(self) -> None:
+        """Keep the stat cache entries of the files hashed from now on until `write_cache`
+        (a runner logs its run's end first: the recorder reads it while they are written)."""
+        if self._held is None:
+            self._held = []
+
+    def write_cache(self) -> None:
+        held, self._held = self._held, None
+        if held and self.cache is not None:
+            self.cache.put_many(held)
 
     def _hash_many(
         self, paths: list[Path], known: Mapping[Path, FileState] | None = None
@@ -379,6 +394,7 @@ class Hasher:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True)
+        self.write_cache()
         if self.owns_cache and self.cache is not None:
             self.cache.close()
 

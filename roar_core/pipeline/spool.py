@@ -140,32 +140,14 @@ class Spool:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def append(self, event: RunEvent | Mapping[str, Any]) -> bool:
-        """Durably spool one event and wake the sender.
+    def append(self, event: RunEvent | Mapping[str, Any] | bytes) -> bool:
+        """Durably spool one event (or its `encode`d bytes) and wake the sender.
 
         Returns False after a one-line warning if the spool cannot be written (disk full...):
         lineage must never fail the user's task. After `close`, events are still spooled for
         the next sender or `roar-core flush`, only not sent from this process.
         """
-        if isinstance(event, Event):
-            # roar's own events are JSON-ready and null-free by construction: encoded as they
-            # are, they say exactly what the client's serializer would, at a fraction of its
-            # cost (it rebuilds the whole tree to drop nulls, ~40 us per file of a big task;
-            # orjson then takes ~1 us per file where json.dumps takes ~6).
-            try:
-                data = orjson.dumps(event, option=orjson.OPT_SORT_KEYS)
-            except orjson.JSONEncodeError:  # a str not valid UTF-8 (a surrogate escape)
-                data = orjson.dumps(_valid_text(event), option=orjson.OPT_SORT_KEYS)
-        else:
-            # The client's `RunEvent`, or a mapping of unknown content: its own serializer,
-            # so that what we spool is exactly what it would send.
-            from openlineage.client.serde import Serde
-
-            data = Serde.to_json(
-                dict(event) if isinstance(event, Mapping) else event, separators=(",", ":")
-            ).encode()
-            if b"\\ud" in data:  # maybe a lone surrogate's escape: made valid, as above
-                data = orjson.dumps(_valid_text(json.loads(data)))
+        data = event if isinstance(event, bytes) else encode(event)
         try:
             self._writer.write(data)
         except OSError as e:
@@ -455,6 +437,29 @@ class Spool:
                 self._hold_logged = True
                 log.warning("roar: %s; OpenLineage events kept in %s", reason, self.directory)
             return None
+
+
+def encode(event: RunEvent | Mapping[str, Any]) -> bytes:
+    """The event as the spool keeps it: what the client's serializer would write."""
+    if isinstance(event, Event):
+        # roar's own events are JSON-ready and null-free by construction: encoded as they
+        # are, they say exactly what the client's serializer would, at a fraction of its
+        # cost (it rebuilds the whole tree to drop nulls, ~40 us per file of a big task;
+        # orjson then takes ~1 us per file where json.dumps takes ~6).
+        try:
+            return orjson.dumps(event, option=orjson.OPT_SORT_KEYS)
+        except orjson.JSONEncodeError:  # a str not valid UTF-8 (a surrogate escape)
+            return orjson.dumps(_valid_text(event), option=orjson.OPT_SORT_KEYS)
+    # The client's `RunEvent`, or a mapping of unknown content: its own serializer, so that
+    # what we spool is exactly what it would send.
+    from openlineage.client.serde import Serde
+
+    data = Serde.to_json(
+        dict(event) if isinstance(event, Mapping) else event, separators=(",", ":")
+    ).encode()
+    if b"\\ud" in data:  # maybe a lone surrogate's escape: made valid, as above
+        data = orjson.dumps(_valid_text(json.loads(data)))
+    return data
 
 
 def _valid_text(value: Any) -> Any:

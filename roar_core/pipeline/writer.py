@@ -25,7 +25,7 @@ from roar_core.pipeline.classification import PathFilter, TaskIO, shown_text
 from roar_core.pipeline.hashing import Hasher
 from roar_core.pipeline.redact import redact_argv
 from roar_core.pipeline.sourcecode import CodeVersion
-from roar_core.pipeline.spool import Spool
+from roar_core.pipeline.spool import Spool, encode
 from roar_core.pipeline.store import Access, AccessRecord, CodeFile, Store, TaskRun
 from roar_core.pipeline.tracelog import Record
 
@@ -297,7 +297,8 @@ class LineageWriter:
         its end, one commit, and its START event right before its end's, one spool sync.
         `captured`: the task's versions, taken as it ended (`capture.capture`); without
         one they are taken now, so call this right as the task ends.  `before_commit`:
-        given the task's events after it is staged and before the store commits it (a
+        given the task's events (`spool.encode`d) after it is staged and before the store
+        commits it (a
         recorder that may die between the commit and the spool keeps them there, to send
         without storing the task twice).  `answer`: given the task's lineage as soon as it
         is known, before the store (see `_stage`)."""
@@ -436,4 +437,5 @@ class LineageWriter:
             make = {"COMPLETE": emission.complete_event, "FAIL": emission.fail_event,
                     "ABORT": emission.abort_event}[outcome.status]
             events.append(make(lineage_of(meta, outcome, inputs, outputs, versions)))
-        return RecordedTask(meta, outcome, captured, inputs, outputs), events
+        # Encoded once, for the recorder's staging (`before_commit`) and the spool alike.
+        return RecordedTask(meta, outcome, captured, inputs, outputs), [encode(e) for e in events]

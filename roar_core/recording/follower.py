@@ -232,15 +232,15 @@ class Follower:
                 continue
         return staged
 
-    def _stage(self, tasks: list[tuple[str, list]]) -> None:
-        """Keep tasks' events, before the store commits them, until the spool is synced
-        (an error here fails the commit: the tasks are tried again)."""
+    def _stage(self, tasks: list[tuple[str, list[bytes]]]) -> None:
+        """Keep tasks' events (encoded), before the store commits them, until the spool is
+        synced (an error here fails the commit: the tasks are tried again)."""
         if self.roar.spool is None:
             return  # no events of ours (the engine's integration sends them)
         import orjson
 
-        data = b"".join(orjson.dumps({"r": run_id, "ev": events}) + b"\n"
-                        for run_id, events in tasks)
+        data = b"".join(b'{"r":' + orjson.dumps(run_id) + b',"ev":[' + b",".join(events)
+                        + b"]}\n" for run_id, events in tasks)
         if self._staged_fd < 0:
             self._staged_fd = os.open(self.directory / STAGED,
                                       os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
