@@ -161,6 +161,19 @@ def _line(entry: dict) -> bytes:
     return text.encode("utf-8", "surrogateescape")
 
 
+def _loads(raw: bytes) -> Any:
+    """A line of a task log.  A big one (a task's end with the versions of thousands of
+    files) through orjson, ~3x faster, where the reader has it (the recorder does)."""
+    if len(raw) > 1 << 16:
+        try:
+            import orjson
+
+            return orjson.loads(raw)
+        except (ImportError, ValueError):  # e.g. an integer past 64 bits: json's turn
+            pass
+    return json.loads(raw)
+
+
 def end_entry(run_id: str, status: str, *, error: str | None = None,
               exit_code: int | None = None, ended_at: datetime | None = None,
               captured: dict[str, Any] | None = None, pid: int | None = None,
@@ -550,7 +563,7 @@ class TaskLogFile(Slotted):
         begun = []
         for raw in data[:end].splitlines():
             try:
-                d = json.loads(raw)
+                d = _loads(raw)
                 if "b" in d:
                     meta = meta_from_json({"host": self.host, **self.common, **d["b"]})
                     entry = self.entries[meta.run_id] = Entry(
