@@ -448,6 +448,8 @@ class Follower:
         dead = not self._alive(j.pid, j.start)  # before reading: no line can come later
         begun += j.read_more()
         f.dead = dead or j.closed
+        if j.close_waited:  # its producer waits for the marks: synced this pass, not later
+            self._urgent = True
         self._workflows(f, starting=True)
         self._due_starts(f, begun)
 
