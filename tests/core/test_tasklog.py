@@ -278,3 +278,23 @@ def test_threads_reading_the_recorders_marks_at_once_lose_no_task(tmp_path):
     log.read_results()
     assert set(log.results) == set(ids)
     log.close()
+
+
+@pytest.mark.parametrize("name", ["plain", "not-utf8-\udcff"])
+def test_a_big_end_line_reads_back_as_written(tmp_path, name):
+    """A task's end with thousands of files' versions is a line of megabytes, which the
+    reader parses with orjson; a path that is not UTF-8 (a surrogate escape, which orjson
+    refuses) reads back all the same."""
+    log = tasklog.TaskLog(tmp_path)
+    run_id = "0190a000-0000-7000-8000-000000000001"
+    log.begun({"run_id": run_id, "engine": "test", "namespace": "ns", "job_name": "w.big",
+               "engine_task_id": "1", "attempt": 0, "parent_run_id": None, "command": None,
+               "host": os.uname().nodename, "pid": os.getpid(), "node_id": None,
+               "traced": True, "untraced_reason": None, "workflow": None,
+               "engine_version": None, "started_at": "2026-11-26T12:00:00+00:00"})
+    captured = {"outputs": [[f"/data/{name}/{i:06d}", i] for i in range(5000)]}
+    log.ended(run_id, "COMPLETE", captured=captured)
+    assert os.path.getsize(log.path) > 1 << 16
+    (entry,) = tasklog.TaskLogFile.open(log.path).unrecorded()
+    assert entry.captured == captured and entry.outcome.status == "COMPLETE"
+    log.close()
