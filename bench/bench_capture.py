@@ -138,7 +138,9 @@ def timed_capture(cfg: config.Config, tmp: Path, script: str, name: str, reps: i
         t0 = time.perf_counter()
         collector = SessionCollector(session)
         collector.collect(settle=True)
-        runner.capture_now(cfg, collector.take_all().records)
+        _, hasher = runner.capture_now(cfg, collector.take_all().records)
+        if hasher is not None:
+            hasher.close()  # its stat cache entries, which `roar-core run` writes after
         runs.append(time.perf_counter() - t0)
         shutil.rmtree(work)
         shutil.rmtree(session)

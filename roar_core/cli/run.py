@@ -244,10 +244,9 @@ def run(cfg: Config, argv: list[str], job_name: str | None = None, *,
     if collector is not None:
         try:
             whole = collector.read_whole()
-            if roar is None:
-                hasher = _hasher(cfg, whole.events.records,
-                                 stat_cache=begun.directory == cfg.sessions_dir)
-            taken = capture_now(cfg, whole.events.records, roar, hasher, progress=progress)
+            taken, hasher = capture_now(cfg, whole.events.records, roar,
+                                        stat_cache=begun.directory == cfg.sessions_dir,
+                                        progress=progress)
             read = Given(whole, taken)
             if taken is not None:
                 from roar_core.pipeline.capture import to_dict
@@ -304,40 +303,34 @@ def _outcome(rc: int) -> tuple[str, str | None]:
     return "FAIL", how_it_ended(rc).replace("exit ", "exit code ", 1)
 
 
-def _hasher(cfg: Config, records: list, stat_cache: bool) -> Hasher | None:
-    """One of `cfg`'s hashers for the run's files (none when it touched none), with its stat
-    cache on disk unless `stat_cache=False` (the home cannot be written), holding the
-    cache's new entries until it is closed."""
-    from roar_core.pipeline.tracelog import LINEAGE_OPS
-
-    if not any(r.op in LINEAGE_OPS for r in records):
-        return None
-    from roar_core.pipeline import capture
-
-    hasher = capture.hasher_for(cfg, stat_cache=stat_cache)
-    hasher.hold_cache()
-    return hasher
-
-
-def capture_now(cfg: Config, records: list, roar: Any = None, hasher: Hasher | None = None,
-                progress: Callable[[int, int], None] | None = None) -> Capture | None:
+def capture_now(cfg: Config, records: list, roar: Any = None, stat_cache: bool = True,
+                progress: Callable[[int, int], None] | None = None
+                ) -> tuple[Capture | None, Hasher | None]:
     """The run's file versions, taken now that its command has ended and before `roar-core
     run` returns to the shell: the next command may rewrite or delete them at once, and
     the recorder, running later, must record what this one left (roar_core.pipeline.capture).
-    `roar`: with its hasher (and progress); else with `hasher` (see `_hasher`)."""
+    `roar`: with its hasher (and progress); else with one of `cfg`'s, its stat cache on disk
+    unless `stat_cache=False` (the home cannot be written), returned holding the cache's
+    new entries: close it once the run's end is logged."""
     from roar_core.pipeline.tracelog import LINEAGE_OPS
 
     if not any(r.op in LINEAGE_OPS for r in records):
-        return None  # nothing to hash (`true`): the recorder finds that too
+        return None, None  # nothing to hash (`true`): the recorder finds that too
     from roar_core.pipeline import capture
 
     if roar is not None:
         rec = roar.writer
-        return capture.capture(records, rec.keep, rec.hasher, progress=rec.progress)
+        return capture.capture(records, rec.keep, rec.hasher, progress=rec.progress), None
     from roar_core.pipeline.classification import PathFilter
 
-    assert hasher is not None
-    return capture.capture(records, PathFilter.for_config(cfg), hasher, progress=progress)
+    hasher = capture.hasher_for(cfg, stat_cache=stat_cache)
+    hasher.hold_cache()
+    try:
+        return capture.capture(records, PathFilter.for_config(cfg), hasher,
+                               progress=progress), hasher
+    except BaseException:
+        hasher.close()
+        raise
 
 
 def adopt_old_runs(cfg: Config) -> int:
