@@ -298,10 +298,9 @@ class LineageWriter:
         `captured`: the task's versions, taken as it ended (`capture.capture`); without
         one they are taken now, so call this right as the task ends.  `before_commit`:
         given the task's events (`spool.encode`d) after it is staged and before the store
-        commits it (a
-        recorder that may die between the commit and the spool keeps them there, to send
-        without storing the task twice).  `answer`: given the task's lineage as soon as it
-        is known, before the store (see `_stage`)."""
+        commits it (a recorder that may die between the commit and the spool keeps them
+        there, to send without storing the task twice).  `answer`: given the task's
+        lineage as soon as it is known, before the store (see `_stage`)."""
         with gc_paused():
             # With before_commit, its stage is one transaction that commits after it.
             with self.store.batch() if before_commit is not None else nullcontext():

@@ -71,6 +71,8 @@ PREFIX = "tasks-"
 SUFFIX = ".jsonl"
 WAKE = "recorder.wake"  # a FIFO the recorder waits on between passes
 WAIT_PREFIX = "wait-"  # FIFOs of producers waiting for one task, or for their whole log
+# The lines `TaskLog.read_results` reads: its own begins and the recorder's marks.
+_MARK_PREFIXES = (b'{"b"', b'{"r"', b'{"a"', b'{"fail"')
 SHORT_ANSWER = 5  # files of each kind in a short answer (`ended(short_answer=True)`)
 _META_FIELDS = ("run_id", "engine", "namespace", "job_name", "engine_task_id", "attempt",
                 "parent_run_id", "command", "host", "pid", "node_id", "traced",
@@ -406,37 +408,33 @@ class TaskLog:
             end = data.rfind(b"\n") + 1
             self._read_at += end
             for raw in data[:end].splitlines():
-                if raw.startswith(b'{"b"'):
+                # Only these lines matter here (an end line may be megabytes: not parsed).
+                if raw.startswith(_MARK_PREFIXES):
                     try:
-                        self.results.setdefault(json.loads(raw)["b"]["run_id"], None)
-                    except (ValueError, KeyError, TypeError):
-                        pass
-                elif raw.startswith(b'{"r"'):
-                    try:
-                        d = json.loads(raw)
-                        if d["r"] in self.results:  # a task's (not a workflow run's)
-                            # (Without "res" after an early answer: that stays the answer.)
-                            self.results[d["r"]] = d.get("res") or self.results[d["r"]] or {}
-                    except (ValueError, KeyError, TypeError):
-                        pass
-                elif raw.startswith(b'{"a"'):  # an early answer (`ended(early=True)`)
-                    try:
-                        d = json.loads(raw)
-                        if d["a"] in self.results and not self.results[d["a"]]:
-                            self.results[d["a"]] = d["res"]
-                    except (ValueError, KeyError, TypeError):
-                        pass
-                elif raw.startswith(b'{"fail"'):
-                    try:  # not recorded (yet): the recorder keeps it and tries again
-                        d = json.loads(raw)
-                        if d["fail"] in self.results and not self.results[d["fail"]]:
-                            self.results[d["fail"]] = {"ok": False, "status": "ABORT",
-                                                       "error": d.get("m"), "kept": True}
+                        self._apply(json.loads(raw))
                     except (ValueError, KeyError, TypeError):
                         pass
             if end == 0 or len(data) < 1 << 24:
                 return
             data = os.pread(self._fd, 1 << 24, self._read_at)
+
+    def _apply(self, d: dict[str, Any]) -> None:
+        """One begin line of ours or one mark of the recorder's, into `results`."""
+        results = self.results
+        kind = next(iter(d))
+        if kind == "b":
+            results.setdefault(d["b"]["run_id"], None)
+        elif kind == "r":
+            if d["r"] in results:  # a task's (not a workflow run's)
+                # (Without "res" after an early answer: that stays the answer.)
+                results[d["r"]] = d.get("res") or results[d["r"]] or {}
+        elif kind == "a":  # an early answer (`ended(early=True)`)
+            if d["a"] in results and not results[d["a"]]:
+                results[d["a"]] = d["res"]
+        elif kind == "fail":  # not recorded (yet): the recorder keeps it and tries again
+            if d["fail"] in results and not results[d["fail"]]:
+                results[d["fail"]] = {"ok": False, "status": "ABORT", "error": d.get("m"),
+                                      "kept": True}
 
     def remove(self) -> None:
         """Done with it, every task recorded: the file goes (the recorder would remove it
