@@ -158,7 +158,23 @@ def meta_from_json(d: dict) -> TaskMeta:
     )
 
 
+# A task's end whose versions are of more files than this is encoded with orjson (~5x
+# faster: 8.8 -> 1.6 ms at 5,000 files) where the producer has it, as roar-core's runner does.
+_BIG_CAPTURE = 256
+
+
 def _line(entry: dict) -> bytes:
+    captured = entry.get("c")
+    if captured is not None and sum(
+            len(v) for v in captured.values() if isinstance(v, list)) > _BIG_CAPTURE:
+        try:
+            import orjson
+
+            # Datetimes as json writes them (default=str), never orjson's own format.
+            return orjson.dumps(entry, default=str, option=orjson.OPT_APPEND_NEWLINE
+                                | orjson.OPT_PASSTHROUGH_DATETIME)
+        except (ImportError, TypeError):  # a name that is not UTF-8, an int past 64 bits
+            pass
     text = json.dumps(entry, separators=(",", ":"), default=str) + "\n"
     return text.encode("utf-8", "surrogateescape")
 
