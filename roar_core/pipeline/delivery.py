@@ -9,8 +9,12 @@ tell "try later" from "this event is invalid", and rebuild the client's event cl
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+from uuid import UUID
 
+import attr
 from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, RunEvent, RunState
 from openlineage.client.facet_v2 import environment_variables_run, tags_job, tags_run
 
@@ -135,7 +139,35 @@ def rebuild_event(data: dict[str, Any]) -> RunEvent:
 
     Facets stay plain dicts (they serialize identically), except the few the client itself
     inspects while emitting (tags, environment variables), which must be its own classes.
+    The client's checks of what it would check (`_checked`) run here, and its classes are
+    built with attrs' validators off: those parse the time with dateutil and every URL
+    with urlparse, 18 of the 28 us a rebuild took, for each event sent.  (attrs' switch is
+    process-wide: an event another thread builds meanwhile goes unchecked too; roar builds
+    its own from checked values, and whatever is sent is checked here.)
     """
+    _checked(data)
+    with attr.validators.disabled():
+        return _rebuilt(data)
+
+
+def _checked(data: dict[str, Any]) -> None:
+    """What the client's validators reject, rejected (ValueError): a run id that is not a
+    UUID, a time that is not ISO 8601 with a time of day, a URL urlparse refuses."""
+    UUID(str(data["run"]["runId"]))
+    when = data["eventTime"]
+    try:
+        datetime.fromisoformat(when)
+    except (TypeError, ValueError):
+        from dateutil import parser  # what the client accepts, beyond Python's forms
+
+        parser.isoparse(when)
+    if "t" not in when.lower():
+        raise ValueError(f"Parsed date-time has to contain time: {when}")
+    for url in (data.get("producer", ""), data.get("schemaURL", "")):
+        urlsplit(url)
+
+
+def _rebuilt(data: dict[str, Any]) -> RunEvent:
     run, job = data["run"], data["job"]
     event = RunEvent(
         eventTime=data["eventTime"],
@@ -192,6 +224,7 @@ def _typed_facets(where: str, facets: dict[str, Any] | None) -> dict[str, Any]:
         facet_cls, field_name, item_cls = spec
         try:
             items = [item_cls(**item) for item in value.get(field_name) or []]
+            urlsplit(value.get("_producer", ""))  # the facet's validator, off (rebuild_event)
             out[key] = facet_cls(**{field_name: items}, producer=value.get("_producer", ""))
         except TypeError:
             pass  # fields this client does not know: keep the dict rather than drop data

@@ -74,6 +74,36 @@ def test_malformed_event_is_rejected_not_retried() -> None:
         delivery.send(client, bad_id)
 
 
+@pytest.mark.parametrize("field, value", [
+    ("runId", "not-a-uuid"),
+    ("eventTime", "yesterday"),
+    ("eventTime", "2026-03-01"),  # a date without a time of day
+    ("eventTime", 1700000000),
+    ("producer", "http://[::1"),  # a URL urlparse refuses
+    ("schemaURL", "http://[::1"),
+])
+def test_rebuild_refuses_what_the_clients_validators_refuse(field: str, value) -> None:
+    """The rebuild builds the client's classes with attrs' validators off and checks the
+    same fields itself: each case the client's own validators refuse (built with them on,
+    the reference) is refused too, and a good event comes out as the client builds it."""
+    import attr
+
+    good = em.to_dict(lineage_events(runs=0)[0])
+    reference = delivery._rebuilt(good)  # validators on
+    assert Serde.to_dict(delivery.rebuild_event(good)) == Serde.to_dict(reference)
+    assert not attr.validators.get_disabled()  # back on for everything else
+    bad = em.to_dict(lineage_events(runs=0)[0])
+    (bad["run"] if field == "runId" else bad)[field] = value
+    with pytest.raises((ValueError, TypeError)):
+        delivery._rebuilt(bad)
+    with pytest.raises((ValueError, TypeError)):
+        delivery.rebuild_event(bad)
+    os.environ["OPENLINEAGE_DISABLED"] = "true"
+    with pytest.raises(delivery.Rejected):
+        delivery.send(delivery.make_client(), bad)
+    assert not attr.validators.get_disabled()
+
+
 def test_http_status_of_wrapped_errors() -> None:
     response = requests.Response()
     response.status_code = 422
