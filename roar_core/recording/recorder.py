@@ -87,6 +87,7 @@ def write_settings(directory: Path, cfg, internal: list[str] | tuple[str, ...] =
         except (OSError, UnicodeError):
             pass
     tmp = directory / f".{SETTINGS}.{os.getpid()}.{threading.get_ident()}"
+    directory.mkdir(parents=True, exist_ok=True)  # only where settings are written
     tmp.write_text(text)
     try:
         if replace:
