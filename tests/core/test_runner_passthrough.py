@@ -64,6 +64,9 @@ def _under_a_terminal(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[
     def take_terminal() -> None:
         os.setsid()
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        # As a shell starts its foreground job: ^C at its default, even where this test
+        # runs as a background job of a script (which starts with SIGINT ignored).
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
 
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=slave, stdout=slave, stderr=slave,
                             preexec_fn=take_terminal)
