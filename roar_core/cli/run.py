@@ -218,12 +218,14 @@ class Ran(Slotted):
 
 def run(cfg: Config, argv: list[str], job_name: str | None = None, *,
         roar: Any = None, wait: bool = False, short_answer: bool = False,
-        progress: Callable[[int, int], None] | None = None) -> Ran:
+        progress: Callable[[int, int], None] | None = None,
+        ended: Callable[[Begun], None] | None = None) -> Ran:
     """Run argv traced and log its begin and end.  `wait`: someone waits for the run to be
     recorded (`answer`): its logs are read while it runs, and its end asks for the
     recorder's answer (`short_answer`: listing a few files of each kind, with counts);
     `roar`: that someone may record it in this process, its files are hashed with roar's
-    hasher; `progress`: of the hashing, without one."""
+    hasher; `progress`: of the hashing, without one; `ended(begun)`: called once its end is
+    logged (to start the recorder), before the stat cache is written."""
     wait = wait or roar is not None
     usable, reason = tracer_usable(cfg)
     try:
@@ -260,6 +262,8 @@ def run(cfg: Config, argv: list[str], job_name: str | None = None, *,
     status, error = _outcome(rc)
     fd = begun.log.ended(begun.run_id, status, error=error, exit_code=rc, captured=captured,
                          read=summary, wait=wait, short_answer=short_answer)
+    if ended is not None and begun.log.ok:
+        ended(begun)
     if hasher is not None:
         # The stat cache entries of the files hashed, written while the recorder reads the
         # end (5,000 files: ~10 ms), and before this returns: the next command of the shell
@@ -432,13 +436,19 @@ def run_detached(cfg: Config, argv: list[str], job_name: str | None = None) -> i
     """`roar-core run`: the command, then the recorder process does the rest.  The command
     runs whatever state the roar home is in: a run that cannot go there waits in the
     spare directory (`begin`) for a home that can be written."""
-    ran = run(cfg, argv, job_name)
+    def ended(begun: Begun) -> None:
+        if begun.directory == cfg.sessions_dir:
+            adopt_old_runs(cfg)
+            hand_off(cfg)
+
+    ran = run(cfg, argv, job_name, ended=ended)
     begun = ran.begun
     if begun is None:
         return ran.returncode
     if begun.directory == cfg.sessions_dir:
-        adopt_old_runs(cfg)
-        hand_off(cfg)
+        if not begun.log.ok:  # its end is not logged: recorded as a run whose runner died
+            adopt_old_runs(cfg)
+            hand_off(cfg)
         print(f"roar-core: job {begun.job_name}, run {begun.run_id} "
               f"({how_it_ended(ran.returncode)}): recording in the background; "
               f"`roar-core show {begun.run_id}` waits for it", file=sys.stderr)

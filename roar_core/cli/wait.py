@@ -167,12 +167,16 @@ def run_and_record(cfg: config_mod.Config, argv: list[str], job_name: str | None
     gc.disable()
     err = stderr_console()
     progress = HashProgress(err)
-    ran = run(cfg, argv, job_name, wait=True, short_answer=True, progress=progress)
+    # The recorder is started as soon as the run's end is logged: it starts up (a fork, the
+    # store opened) while this process writes the stat cache.
+    ran = run(cfg, argv, job_name, wait=True, short_answer=True, progress=progress,
+              ended=lambda begun: hand_off(cfg, begun.directory))
     progress.close()
     if ran.begun is None:
         result = result_of(ran)  # which says so
     else:
-        hand_off(cfg, ran.begun.directory)
+        if not ran.begun.log.ok:
+            hand_off(cfg, ran.begun.directory)
         roar = None  # recorded here: no sender thread, delivery is decided below
         try:
             roar = answer(ran, recorded_here, RECORDER_START_S)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from roar_core.pipeline.attribution import UNATTRIBUTED
+from roar_core.pipeline.spoolfiles import write_all
 from roar_core.pipeline.store_records import StoreError
 from roar_core.recording.sessions import SessionCollector, WholeSession, summarized
 from roar_core.recording.tasklog import (
@@ -239,13 +240,21 @@ class Follower:
             return  # no events of ours (the engine's integration sends them)
         import orjson
 
-        data = b"".join(b'{"r":' + orjson.dumps(run_id) + b',"ev":[' + b",".join(events)
-                        + b"]}\n" for run_id, events in tasks)
+        # Pieces, not one concatenation (see write_all): in a recorder just forked, the
+        # copies of a 5,000-file task's events were ~4,000 page faults, ~6 ms.
+        parts: list[bytes] = []
+        for run_id, events in tasks:
+            parts += (b'{"r":', orjson.dumps(run_id), b',"ev":[')
+            for i, event in enumerate(events):
+                if i:
+                    parts.append(b",")
+                parts.append(event)
+            parts.append(b"]}\n")
         if self._staged_fd < 0:
             self._staged_fd = os.open(self.directory / STAGED,
                                       os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
                                       0o644)
-        os.write(self._staged_fd, data)
+        write_all(self._staged_fd, parts)
 
     def close(self) -> None:
         """Let go of the files it holds open (call `sync` first)."""

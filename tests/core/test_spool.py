@@ -529,3 +529,51 @@ def test_a_damaged_ack_file_costs_resends_never_events(
     assert again.pending() == len(events)
     assert again.flush(timeout=10) == (len(events), 0)
     assert [sent_form(e) for e in endpoint.received()] == [sent_form(e) for e in events]
+
+
+def test_a_big_event_goes_out_whole_through_short_writes(tmp_path: Path, monkeypatch) -> None:
+    """Events are written as pieces (no copy of a megabyte event per envelope): whatever
+    the kernel takes of each writev, the spooled line is the event, whole and in order,
+    and the staged copy a recorder keeps is too."""
+    from roar_core.pipeline import spoolfiles
+
+    real = os.writev
+    calls = []
+
+    def short(fd: int, buffers: list) -> int:  # at most 4 KiB, and never a whole call
+        calls.append(len(buffers))
+        data = b"".join(bytes(b) for b in buffers)
+        return real(fd, [data[: max(1, min(4096, len(data) - 1))]])
+
+    monkeypatch.setattr(spoolfiles.os, "writev", short)
+    event = em.complete_event(em.TaskLineage(
+        namespace="ns", job_name="job", run_id="01a2b3c4-0000-7000-8000-000000000001",
+        outputs=[em.Dataset("file", f"/data/f{i:06d}", digest="ab" * 32, size=4096)
+                 for i in range(3000)]))
+    encoded = em_encode(event)
+    assert len(encoded) > 1 << 20
+    spool = Spool(tmp_path / "spool", start=False)
+    try:
+        assert spool.append(encoded)
+    finally:
+        spool.close()
+    assert len(calls) > 100  # it did go out in short writes
+    (segment,) = sorted((tmp_path / "spool").glob("*.jsonl"))
+    lines = segment.read_bytes().splitlines()
+    assert len(lines) == 1
+    assert orjson.loads(lines[0])["event"] == orjson.loads(encoded)
+
+    parts = [b"x" * 5000, b"", b"yz", *(bytes([65 + i % 26]) for i in range(2500))]
+    monkeypatch.setattr(spoolfiles, "_IOV_MAX", 7)
+    fd = os.open(tmp_path / "staged", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        spoolfiles.write_all(fd, parts)
+    finally:
+        os.close(fd)
+    assert (tmp_path / "staged").read_bytes() == b"".join(parts)
+
+
+def em_encode(event: Any) -> bytes:
+    from roar_core.pipeline.spool import encode
+
+    return encode(event)
