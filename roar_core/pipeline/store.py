@@ -19,7 +19,8 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -306,6 +307,9 @@ class Store:
         self._writer = writer
         self._where = where
         self._batch = threading.local()  # .conn: this thread's open batch, if any
+        # (.writing: a batch's rows being written on the helper thread, see `_write_later`)
+        self._helper: ThreadPoolExecutor | None = None
+        self._helper_pid = 0
 
     @classmethod
     def open(cls, url: str | None = None, home: Path | None = None,
@@ -377,8 +381,10 @@ class Store:
             self._batch.conn = conn
             try:
                 yield
+                self._settle()  # its rows written, before the commit
             finally:
                 self._batch.conn = None
+                self._settle(quiet=True)  # on an error: before the rollback
 
     @contextmanager
     def _transaction(self, what: str, *, write: bool) -> Iterator[Connection]:
@@ -386,6 +392,7 @@ class Store:
         # few statements each call runs, and every call is one short transaction anyway.
         batch = getattr(self._batch, "conn", None)
         if batch is not None:
+            self._settle()  # the connection is ours again
             yield batch  # an error fails the whole batch, which says so
             return
         with self._errors_as(what), (self._writer if write else self._engine).begin() as conn:
@@ -400,6 +407,28 @@ class Store:
             raise StoreError(f"{what}: {_one_line(exc)}") from exc
         except SQLAlchemyError as exc:
             raise StoreError(f"{what} in {self._where}: {_one_line(exc)}") from exc
+
+    def _write_later(self, write: Callable[[], None]) -> None:
+        """Run a batch's big writes on a helper thread while this one goes on (a task of
+        thousands of files: the database's own work, which holds no GIL, beside the
+        caller's building of its events).  The batch's next use of the store, and its
+        commit, wait for them, and fail with them."""
+        self._settle()
+        if self._helper is None or self._helper_pid != os.getpid():  # none, or a parent's
+            self._helper = ThreadPoolExecutor(1, thread_name_prefix="roar-store")
+            self._helper_pid = os.getpid()
+        self._batch.writing = self._helper.submit(write)
+
+    def _settle(self, quiet: bool = False) -> None:
+        writing: Future | None = getattr(self._batch, "writing", None)
+        if writing is None:
+            return
+        self._batch.writing = None
+        try:
+            writing.result()
+        except Exception:
+            if not quiet:
+                raise
 
     # -- runs ---------------------------------------------------------------------------------
 
@@ -476,21 +505,23 @@ class Store:
         elif untraced_reason is not None:
             values["untraced_reason"] = untraced_reason
         checked = [checked_access(a) for a in accesses]
+        # Inside a batch (it commits later), a big task's rows are written on the helper.
+        later = (self._write_later if len(checked) >= _WRITE_LATER_MIN
+                 and getattr(self._batch, "conn", None) is not None else None)
         with self._transaction(f"cannot finish task run {run_id}", write=True) as conn:
             if started is not None:
                 # Started and ended in one commit: its row goes in as it ends (one statement,
                 # not an insert and an update), and its start time is known.
                 row = {**_task_run_row(started), **values}
                 _NEW_TASK_RUN.run(conn, [tuple(row[c] for c in _NEW_TASK_RUN.columns)])
-                return (_record_accesses(conn, run_id, checked, started.started_at)
+                return (_record_accesses(conn, run_id, checked, started.started_at, later)
                         if checked else [])
-            recorded = _record_accesses(conn, run_id, checked) if checked else []
             done = conn.execute(
                 _finish_task(tuple(sorted(values))), {**values, "finished_run_id": run_id}
             )
             if done.rowcount == 0:
                 raise StoreError(f"unknown task run {run_id}")
-        return recorded
+            return _record_accesses(conn, run_id, checked, write=later) if checked else []
 
     # -- accesses -----------------------------------------------------------------------------
 
@@ -881,12 +912,17 @@ def _finish_task(columns: tuple[str, ...]) -> Update:
 
 
 _TIMES = ("recorded_at", "last_seen_at")
+# A task with this many accesses, recorded in a batch, has its rows written on the store's
+# helper thread (`Store._write_later`).
+_WRITE_LATER_MIN = 512
 
 
 def _record_accesses(
     conn: Connection, task_run_id: str, checked: list[Access],
     started_at: datetime | None = None,
+    write: Callable[[Callable[[], None]], None] | None = None,
 ) -> list[AccessRecord]:
+    """`write`: runs the rows' statements (`Store._write_later`), else they run here."""
     # One row per (uri, digest): a batch may repeat a file (e.g. read by two processes).
     # Sorted, so concurrent PostgreSQL writers lock shared rows in one order (no deadlock).
     inputs = _unique_sorted(a for a in checked if a.role == "input" and a.digest)
@@ -896,22 +932,8 @@ def _record_accesses(
         started_at = conn.execute(_STARTED_AT, {"run_id": task_run_id}).scalar_one_or_none()
     if started_at is None:
         raise StoreError(f"unknown task run {task_run_id}")
-    sizes: dict[str, int | None] = {}
-    for a in checked:
-        if a.digest:
-            sizes[a.digest] = sizes.get(a.digest) or a.size
-    # The batch's timestamp, converted once for all its rows.
-    t = _PRODUCED_VERSION.driver_value(conn, "recorded_at", now)
-    first = _NEW_ARTIFACT.driver_value(conn, "first_seen", now)
-    _NEW_ARTIFACT.run(conn, [(d, n, first) for d, n in sorted(sizes.items())],
-                      converted=("first_seen",))
-    # Inputs before outputs: on a timestamp tie, the version written by this run (a later
-    # id) is the latest one of a file it also read.
-    _SEEN_VERSION.run(conn, [(a.uri, a.digest, a.size, a.mtime_ns, None, t, t) for a in inputs],
-                      converted=_TIMES)
-    _PRODUCED_VERSION.run(
-        conn, [(a.uri, a.digest, a.size, a.mtime_ns, task_run_id, t, t) for a in outputs],
-        converted=_TIMES)
+    # The producers of what it read, before its own rows go in: the query leaves the
+    # reader's own versions out, so they could not change its answer.
     read = {a.digest for a in inputs}
     candidates = (
         _lineage.latest_per_path(conn, read, task_run_id, started_at)
@@ -935,9 +957,32 @@ def _record_accesses(
                                      *dataset_identity(prod.uri))
         records.append(AccessRecord(a.uri, a.role, a.digest, a.size, a.mtime_ns, a.path_read,
                                     ns, name, a.note, match, a.object_version))
-    _ACCESS.run(conn, [(task_run_id, r.uri, r.digest, r.role, r.size, r.mtime_ns, r.path_read,
-                         r.dataset_namespace, r.dataset_name, r.note, r.object_version)
-                        for r in records])
+    sizes: dict[str, int | None] = {}
+    for a in checked:
+        if a.digest:
+            sizes[a.digest] = sizes.get(a.digest) or a.size
+    # The batch's timestamp, converted once for all its rows.
+    t = _PRODUCED_VERSION.driver_value(conn, "recorded_at", now)
+    first = _NEW_ARTIFACT.driver_value(conn, "first_seen", now)
+
+    def rows() -> None:
+        _NEW_ARTIFACT.run(conn, [(d, n, first) for d, n in sorted(sizes.items())],
+                          converted=("first_seen",))
+        # Inputs before outputs: on a timestamp tie, the version written by this run (a
+        # later id) is the latest one of a file it also read.
+        _SEEN_VERSION.run(conn, [(a.uri, a.digest, a.size, a.mtime_ns, None, t, t)
+                                 for a in inputs], converted=_TIMES)
+        _PRODUCED_VERSION.run(
+            conn, [(a.uri, a.digest, a.size, a.mtime_ns, task_run_id, t, t) for a in outputs],
+            converted=_TIMES)
+        _ACCESS.run(conn, [(task_run_id, r.uri, r.digest, r.role, r.size, r.mtime_ns,
+                            r.path_read, r.dataset_namespace, r.dataset_name, r.note,
+                            r.object_version) for r in records])
+
+    if write is None:
+        rows()
+    else:
+        write(rows)
     return records
 
 
