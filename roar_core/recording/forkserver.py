@@ -161,6 +161,7 @@ def _warm() -> None:
 
     import roar_core.api  # noqa: F401
     import roar_core.pipeline.delivery  # noqa: F401
+    import roar_core.pipeline.facets  # noqa: F401 - a task's begin line names its facets
     import roar_core.pipeline.writer  # noqa: F401
     import roar_core.recording.follower  # noqa: F401
     import roar_core.recording.recorder  # noqa: F401

@@ -235,6 +235,9 @@ def main(argv: list[str]) -> int:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         return 0  # another one follows this directory
+    # ROAR_DEBUG: what this recorder imports itself (forked from the fork server, nothing:
+    # each module its warm-up missed costs every recorder its import).
+    imported = set(sys.modules) if os.environ.get("ROAR_DEBUG") else None
     settings = read_settings(directory)
     if settings.get("waited"):
         short_slice()  # a task process waits for each answer
@@ -321,6 +324,9 @@ def main(argv: list[str]) -> int:
             cpu = os.times()
             print(f"roar recorder: {total} tasks, {cpu.user + cpu.system:.3f} s CPU "
                   f"({cpu.user:.3f} user)", file=sys.stderr)
+            if imported is not None:
+                print(f"roar recorder: imported {sorted(set(sys.modules) - imported)}",
+                      file=sys.stderr)
         os.close(lock)
         # A producer that began while we held the lock found a recorder running and
         # started none: look again now that it is released.

@@ -85,6 +85,9 @@ def test_a_forked_recorder_records_in_its_producers_environment(tmp_path: Path,
         _wait(lambda cli=cli: not _recorders_of(Path(cli.env["ROAR_HOME"])))
     logs = [Path(cli.env["ROAR_HOME"]) / "sessions" / "recorder.log" for cli in (first, second)]
     assert "roar recorder: 1 tasks" in logs[0].read_text()
+    # The server's warm-up imported all a recorder needs to record a run: it imports
+    # nothing itself (each module missed cost every recorder its import, ~5 ms each).
+    assert "roar recorder: imported []" in logs[0].read_text()
     assert "roar recorder:" not in (logs[1].read_text() if logs[1].exists() else "")
     # ...and what it recorded is the truth: the output's digest is that of its bytes.
     for cli in (first, second):
