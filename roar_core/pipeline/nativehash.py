@@ -26,7 +26,9 @@ _OUT = struct.Struct("<iiQqQQqqq64s")
 
 
 def library_path() -> Path:
-    return Path(__file__).resolve().parents[1] / "_bin" / LIB_NAME
+    from roar_core import _bin
+
+    return _bin.directory() / LIB_NAME
 
 
 class BatchHasher:

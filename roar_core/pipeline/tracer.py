@@ -27,7 +27,9 @@ def library_path() -> Path:
     override = os.environ.get("ROAR_PRELOAD_LIB")
     if override:
         return Path(override)
-    return Path(__file__).resolve().parents[1] / "_bin" / LIB_NAME
+    from roar_core import _bin
+
+    return _bin.directory() / LIB_NAME
 
 
 DISABLED_REASON = f"{ENV_TRACER_OFF} is set: the tracer is switched off"
