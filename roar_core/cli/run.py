@@ -225,7 +225,7 @@ def run(cfg: Config, argv: list[str], job_name: str | None = None, *,
     recorder's answer (`short_answer`: listing a few files of each kind, with counts);
     `roar`: that someone may record it in this process, its files are hashed with roar's
     hasher; `progress`: of the hashing, without one; `ended(begun)`: called once its end is
-    logged (to start the recorder), before the stat cache is written."""
+    written, or could not be (to start the recorder), before the stat cache is written."""
     wait = wait or roar is not None
     usable, reason = tracer_usable(cfg)
     try:
@@ -262,7 +262,7 @@ def run(cfg: Config, argv: list[str], job_name: str | None = None, *,
     status, error = _outcome(rc)
     fd = begun.log.ended(begun.run_id, status, error=error, exit_code=rc, captured=captured,
                          read=summary, wait=wait, short_answer=short_answer)
-    if ended is not None and begun.log.ok:
+    if ended is not None:
         ended(begun)
     if hasher is not None:
         # The stat cache entries of the files hashed, written while the recorder reads the
@@ -446,9 +446,6 @@ def run_detached(cfg: Config, argv: list[str], job_name: str | None = None) -> i
     if begun is None:
         return ran.returncode
     if begun.directory == cfg.sessions_dir:
-        if not begun.log.ok:  # its end is not logged: recorded as a run whose runner died
-            adopt_old_runs(cfg)
-            hand_off(cfg)
         print(f"roar-core: job {begun.job_name}, run {begun.run_id} "
               f"({how_it_ended(ran.returncode)}): recording in the background; "
               f"`roar-core show {begun.run_id}` waits for it", file=sys.stderr)

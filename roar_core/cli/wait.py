@@ -167,7 +167,7 @@ def run_and_record(cfg: config_mod.Config, argv: list[str], job_name: str | None
     gc.disable()
     err = stderr_console()
     progress = HashProgress(err)
-    # The recorder is started as soon as the run's end is logged: it starts up (a fork, the
+    # The recorder is started as soon as the run's end is written: it starts up (a fork, the
     # store opened) while this process writes the stat cache.
     ran = run(cfg, argv, job_name, wait=True, short_answer=True, progress=progress,
               ended=lambda begun: hand_off(cfg, begun.directory))
@@ -175,8 +175,6 @@ def run_and_record(cfg: config_mod.Config, argv: list[str], job_name: str | None
     if ran.begun is None:
         result = result_of(ran)  # which says so
     else:
-        if not ran.begun.log.ok:
-            hand_off(cfg, ran.begun.directory)
         roar = None  # recorded here: no sender thread, delivery is decided below
         try:
             roar = answer(ran, recorded_here, RECORDER_START_S)
