@@ -604,6 +604,14 @@ def test_run_wait_returns_once_recorded_and_the_recorder_delivers(tmp_path: Path
     assert "outputs (1000):" in proc.stderr.decode()
     run_id = proc.stderr.decode().split(", run ", 1)[1].split(",", 1)[0]
     assert "many" in cli.ok("show", run_id)  # stored before `--wait` returned
+    # Its 1,000 rows went in on the store's helper thread (a big task): each is the digest
+    # of the bytes the command left.
+    from roar_core.pipeline.store import Store
+
+    with Store.open(home=Path(cli.env["ROAR_HOME"])) as store:
+        stored = {a.uri: a.digest for a in store.accesses_of(run_id) if a.role == "output"}
+    assert stored == {os.path.realpath(p): b3(p) for p in (cli.cwd / "out").iterdir()}
+    assert len(stored) == 1000
     proc = cli("flush", "--timeout", "60")
     assert proc.returncode == 0 and proc.stdout.endswith(b"pending 0\n"), proc.stdout
     events = Path(cli.env["ROAR_HOME"]) / "openlineage" / "events.jsonl"
