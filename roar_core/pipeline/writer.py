@@ -349,6 +349,75 @@ class LineageWriter:
         (its runner or worker died): an output changed since its end is unknown."""
         return capture_mod.taken_late(self.capture(meta, records), _ns(outcome.ended_at))
 
+    def answer(self, meta: TaskMeta, outcome: TaskOutcome, captured: Capture
+               ) -> RecordedTask | None:
+        """The task's lineage as `record` will store it (what `answer` gives), without
+        storing it: for a producer waiting for it, before the task is recorded (with others,
+        later).  None when it needs the store: an input whose version is known only there,
+        or an object copy's source -- what an earlier task not stored yet may change."""
+        lineage = self._lineage(meta, captured, None, ahead=True)
+        if lineage is None:
+            return None
+        accesses, outputs = lineage
+        return RecordedTask(meta, outcome, captured, self._input_datasets(accesses), outputs)
+
+    def _lineage(self, meta: TaskMeta, captured: Capture, untraceable: list[str] | None,
+                 ahead: bool = False) -> tuple[list[Access], list[emission.Dataset]] | None:
+        """The task's accesses and output datasets; settles what its capture says of
+        `meta` (untraced, unseen S3, declared I/O, command).  `ahead`: None where a version
+        would come from the store (see `answer`)."""
+        io, decl = captured.io, meta.declared
+        if untraceable:
+            io.untraceable.extend(untraceable)
+        if io.untraceable and meta.traced:
+            meta.traced = False
+            meta.untraced_reason = "ran programs the preload tracer cannot see: " + ", ".join(
+                sorted(set(io.untraceable)))
+            log.warning("roar: task %s %s", meta.job_name, meta.untraced_reason)
+        if io.unseen and meta.unseen_io != io.unseen:  # (said once: `answer` came first)
+            meta.unseen_io = io.unseen
+            log.warning("roar: task %s ran %s: its S3 transfers are not in the lineage "
+                        "(only boto3/botocore's are seen)", meta.job_name, ", ".join(io.unseen))
+        if decl is not None and meta.traced and meta.io_check is None:
+            meta.io_check = declared_mod.check(io, decl)
+        if meta.command is None and io.commands:
+            meta.command = io.commands[0]
+
+        accesses: list[Access] = []
+        outputs: list[emission.Dataset] = []
+        for a in io.inputs:
+            v = captured.inputs.get(a.path) or _GONE
+            if v.digest is None:
+                if ahead:
+                    return None
+                v = (self._stored_object(a.name, a.obj.version, v) if a.obj
+                     else self._stored_version(a.name, v))
+            accesses.append(Access(uri=a.name, role="input", digest=_stored(v.digest),
+                                   size=v.size, mtime_ns=v.state.mtime_ns if v.state else None,
+                                   path_read=a.read_via[0] if a.read_via else None,
+                                   note=v.why if v.digest is None else None,
+                                   object_version=a.obj and a.obj.version))
+        for a in io.outputs:
+            v = captured.outputs.get(a.path) or _GONE
+            obj_version = a.obj and a.obj.version
+            if v.digest is None and a.obj and a.obj.source:  # a copy: its source's bytes
+                if ahead:
+                    return None
+                v = self._stored_object(*a.obj.source, v)
+            lifecycle = "OVERWRITE" if a.existed else "CREATE"
+            outputs.append(self._dataset(a.name, v.digest, v.size, lifecycle, unknown=v.why,
+                                         object_version=obj_version))
+            accesses.append(Access(uri=a.name, role="output", digest=_stored(v.digest),
+                                   size=v.size, mtime_ns=v.state.mtime_ns if v.state else None,
+                                   note=v.why if v.digest is None else None,
+                                   object_version=obj_version))
+        for a in io.deleted:
+            outputs.append(self._dataset(a.name, None, None, "DROP"))
+            accesses.append(Access(uri=a.name, role="deleted", digest=None))
+        for a in io.transient:
+            accesses.append(Access(uri=a.name, role="transient", digest=None))
+        return accesses, outputs
+
     def _stage(self, meta: TaskMeta, outcome: TaskOutcome, records: list[Record],
                untraceable: list[str] | None, start: bool = False,
                captured: Capture | None = None,
@@ -364,52 +433,12 @@ class LineageWriter:
         start_event = emission.start_event(lineage_of(meta)) if start and self.spool else None
         if captured is None:
             captured = self.capture(meta, records)
-        io, decl = captured.io, meta.declared
-        if untraceable:
-            io.untraceable.extend(untraceable)
-        if io.untraceable and meta.traced:
-            meta.traced = False
-            meta.untraced_reason = "ran programs the preload tracer cannot see: " + ", ".join(
-                sorted(set(io.untraceable)))
-            log.warning("roar: task %s %s", meta.job_name, meta.untraced_reason)
-        if io.unseen:
-            meta.unseen_io = io.unseen
-            log.warning("roar: task %s ran %s: its S3 transfers are not in the lineage "
-                        "(only boto3/botocore's are seen)", meta.job_name, ", ".join(io.unseen))
-        if decl is not None and meta.traced and meta.io_check is None:
-            meta.io_check = declared_mod.check(io, decl)
-        if meta.command is None and io.commands:
-            meta.command = io.commands[0]
-
-        accesses: list[Access] = []
-        outputs: list[emission.Dataset] = []
-        for a in io.inputs:
-            v = captured.inputs.get(a.path) or _GONE
-            if v.digest is None:
-                v = (self._stored_object(a.name, a.obj.version, v) if a.obj
-                     else self._stored_version(a.name, v))
-            accesses.append(Access(uri=a.name, role="input", digest=_stored(v.digest),
-                                   size=v.size, mtime_ns=v.state.mtime_ns if v.state else None,
-                                   path_read=a.read_via[0] if a.read_via else None,
-                                   note=v.why if v.digest is None else None,
-                                   object_version=a.obj and a.obj.version))
-        for a in io.outputs:
-            v = captured.outputs.get(a.path) or _GONE
-            obj_version = a.obj and a.obj.version
-            if v.digest is None and a.obj and a.obj.source:  # a copy: its source's bytes
-                v = self._stored_object(*a.obj.source, v)
-            lifecycle = "OVERWRITE" if a.existed else "CREATE"
-            outputs.append(self._dataset(a.name, v.digest, v.size, lifecycle, unknown=v.why,
-                                         object_version=obj_version))
-            accesses.append(Access(uri=a.name, role="output", digest=_stored(v.digest),
-                                   size=v.size, mtime_ns=v.state.mtime_ns if v.state else None,
-                                   note=v.why if v.digest is None else None,
-                                   object_version=obj_version))
-        for a in io.deleted:
-            outputs.append(self._dataset(a.name, None, None, "DROP"))
-            accesses.append(Access(uri=a.name, role="deleted", digest=None))
-        for a in io.transient:
-            accesses.append(Access(uri=a.name, role="transient", digest=None))
+        accesses, outputs = self._lineage(meta, captured, untraceable)
+        if answer is not None:
+            # The inputs as the store will record them (one access each, as given).
+            answer(RecordedTask(meta, outcome, captured, self._input_datasets(accesses),
+                                outputs))
+        io = captured.io
         found = [(a.name, "blake3:" + v.digest) for a in io.code
                  if (v := captured.code.get(a.path)) is not None and v.digest is not None]
         # Where each script is in git, stored with the run (diff, reproduce) and sent.
@@ -417,10 +446,6 @@ class LineageWriter:
         code = [CodeFile(c.path, c.digest.removeprefix("blake3:"),
                          c.repo.url if c.repo else None, c.repo.commit if c.repo else None,
                          c.repo_path, c.dirty) for c in versions]
-        if answer is not None:
-            # The inputs as the store will record them (one access each, as given).
-            answer(RecordedTask(meta, outcome, captured, self._input_datasets(accesses),
-                                outputs))
         recorded = self.store.finish_task_run(
             meta.run_id, outcome.status, outcome.ended_at, exit_code=outcome.exit_code,
             error_message=outcome.error, dropped_events=outcome.dropped, code=code,

@@ -491,7 +491,7 @@ class Entry(Slotted):
         self.waited = False
         self.short = False  # its waiting producer wants a short answer
         self.early = False  # ... as soon as its lineage is known (before the store)
-        self.answered = False  # that early answer was given
+        self.answered = 0.0  # when that early answer was given (time.monotonic()), or 0
         self.died = False  # its producer went away before it ended (outcome made for it)
         self.records: list | None = None  # its tracer records, once taken (for a retry)
         self.dropped = 0

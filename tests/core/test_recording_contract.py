@@ -53,7 +53,7 @@ PRODUCER = textwrap.dedent('''
                 g.write(f.read() + args[2].encode())
         elif op == "end":
             shim.end()
-            fd = log.ended(args[0], "COMPLETE", wait=len(args) > 1)
+            fd = log.ended(args[0], "COMPLETE", wait=len(args) > 1, early=len(args) > 2)
             if len(args) > 1:
                 ok = log.wait_for(args[0], fd, float(args[1]))
                 print(json.dumps({"ok": ok, "result": log.results.get(args[0])}), flush=True)
@@ -275,6 +275,71 @@ def test_a_waiting_producer_gets_its_tasks_lineage(tmp_path, cfg, session):
     p.proc.send_signal(signal.SIGTERM)
     p.proc.wait()
     wait_recorded(session)
+
+
+def test_waiting_producers_are_answered_ahead_and_their_tasks_recorded_together(
+        tmp_path, cfg, session):
+    """Producers that wait for their lineage as soon as it is known (Airflow's task
+    processes) get it from a pass that stores nothing: their tasks are recorded at the
+    first pass with nothing to answer, in one commit, with the versions the answers gave.
+    A task ended without a wait is recorded at once, with those answered before it."""
+    import select
+
+    roar = Roar(cfg, send=False)
+    f = Follower(roar, session)
+
+    def answered(p: Producer, n: int) -> dict:
+        """End task n waiting for its early answer; pass until the producer has it."""
+        p.proc.stdin.write(f"end {run_id(n)} 60 early\n")
+        p.proc.stdin.flush()
+        deadline = time.monotonic() + 60
+        while not select.select([p.proc.stdout], [], [], 0.01)[0]:
+            assert time.monotonic() < deadline, "never answered"
+            assert f.poll() == 0  # answering stores nothing
+        answer = json.loads(p.proc.stdout.readline())
+        assert answer["ok"]
+        return answer["result"]
+
+    def status(n: int) -> str | None:
+        r = roar.store.task_run(run_id(n))
+        return r and r.status
+
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"q\n")
+    ps = [Producer(session, tmp_path) for _ in range(3)]
+    results = {}
+    for n, p in enumerate(ps[:2], 1):
+        p.do(f"begin {run_id(n)} t{n}")
+        p.do(f"copy {src} {tmp_path / f'{n}.txt'} {n}")
+        results[n] = answered(p, n)
+        (out,) = results[n]["outputs"]
+        assert out["digest"] == digest(b"q\n" + str(n).encode())
+        assert [i["digest"] for i in results[n]["inputs"]] == [digest(b"q\n")]
+        assert status(n) != "COMPLETE" and status(1) != "COMPLETE"  # answered, not stored
+        assert f.held_from is not None  # the recorder's mark stays before them
+    assert f.poll() == 2  # nothing new to answer: both, in one pass
+    assert status(1) == status(2) == "COMPLETE" and f.held_from is None
+    # Answered ahead, then a task whose producer does not wait: all recorded at once.
+    ps[0].do(f"begin {run_id(3)} t3")
+    ps[0].do(f"copy {src} {tmp_path / '3.txt'} 3")
+    results[3] = answered(ps[0], 3)
+    ps[2].do(f"begin {run_id(4)} t4")
+    ps[2].do(f"copy {src} {tmp_path / '4.txt'} 4")
+    ps[2].do(f"end {run_id(4)}")
+    deadline = time.monotonic() + 60
+    while (done := f.poll()) == 0:
+        assert time.monotonic() < deadline
+    assert done == 2 and status(3) == status(4) == "COMPLETE"
+    f.sync()
+    for p in ps:
+        p.kill()
+    stored = {run: outs for run, (_, outs) in runs(cfg).items()}
+    for n, result in results.items():  # stored as answered
+        assert {o["name"]: "blake3:" + o["digest"] for o in result["outputs"]} == {
+            uri: d for uri, d in stored[run_id(n)].items()}
+    assert stored[run_id(4)] == {str(tmp_path / "4.txt"): "blake3:" + digest(b"q\n4")}
+    f.close()
+    roar.close(timeout=0)
 
 
 def test_a_task_that_cannot_be_recorded_is_kept_and_recorded_once_later(
