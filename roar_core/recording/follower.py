@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 _OPEN_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
 # How long, and how many, tasks answered ahead of their recording wait for it
 # (`_answered_ahead`): each adds a task log to every pass until then.
-ANSWER_AHEAD_S = 0.05
+ANSWER_AHEAD_S = 1.0
 ANSWER_AHEAD_MAX = 8
 RETRY_S = 5.0  # a task that could not be recorded is tried again after this, doubling
 RETRY_MAX_S = 300.0
@@ -628,35 +628,40 @@ class Follower:
                  entry.meta.run_id)
 
     def _answered_ahead(self, tasks: list[tuple[_Followed, Entry, EndedTask]]) -> bool:
-        """Answer the producers waiting for their tasks' lineage, and leave the tasks to
-        record to a later pass, with those that end meanwhile: when every task of the pass
-        is one whose producer waits for its early answer (an Airflow worker's).
+        """Answer the producers waiting for their tasks' lineage before storing anything;
+        True when the tasks are left to a later pass to store, with those that end
+        meanwhile: when every task of the pass is one whose producer waits for its early
+        answer (an Airflow worker's) and other tasks are running, whose producers may
+        wait next.
 
         Each such task was a pass and a store commit of its own: ~2 ms of the recorder's
         CPU after its answer, in which the answer of a task that ended next waited (four
-        run at once).  The tasks are recorded, in the order they ended, at the first pass
-        with nothing to answer (within PASS_S of the last answer), ANSWER_AHEAD_S after
-        the first, or once ANSWER_AHEAD_MAX wait.  Until then they are held: the
-        recorder's mark says nothing after them is recorded (`held_from`).  A task whose
-        lineage needs the store (an input version only it knows), or one that cannot be
-        taken, is recorded now, with the others."""
+        run at once).  The tasks are stored, in the order they ended, at the first pass
+        with nothing to answer or no task running (within PASS_S of the last answer),
+        ANSWER_AHEAD_S after the first answer, or once ANSWER_AHEAD_MAX wait.  Until then
+        they are held: the recorder's mark says nothing after them is recorded
+        (`held_from`).  A task whose lineage needs the store (an input version only it
+        knows), or one that cannot be taken, is answered as it is stored, now."""
         if self.order is not None or not tasks or not all(
                 e.waited and e.early and not e.failures for _, e, _ in tasks):
             return False
-        now = time.monotonic()
         new = [(f, e, t) for f, e, t in tasks if not e.answered]
-        if not new or len(tasks) > ANSWER_AHEAD_MAX or any(
-                e.answered and now - e.answered > ANSWER_AHEAD_S for _, e, _ in tasks):
-            return False
         for f, entry, task in new:
             try:
                 task.captured = entry.taken = self._captured(entry, task)
                 answer = self.roar.writer.answer(task.meta, task.outcome, task.captured)
-            except Exception:  # recorded now, failing as recording it fails
+            except Exception:  # stored now, failing as storing it fails
                 return False
             if answer is None:
                 return False
             self._answer(f, entry, answer)
+        now = time.monotonic()
+        if not new or len(tasks) > ANSWER_AHEAD_MAX or any(
+                now - e.answered > ANSWER_AHEAD_S for _, e, _ in tasks):
+            return False
+        if not any(e.outcome is None for g in self._files.values()
+                   for e in g.tasklog.entries.values()):
+            return False  # no task runs that may end next: stored now, while none waits
         self.held_from = min(t.outcome.ended_at for _, _, t in tasks)
         return True
 

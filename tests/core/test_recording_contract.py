@@ -280,64 +280,72 @@ def test_a_waiting_producer_gets_its_tasks_lineage(tmp_path, cfg, session):
 def test_waiting_producers_are_answered_ahead_and_their_tasks_recorded_together(
         tmp_path, cfg, session):
     """Producers that wait for their lineage as soon as it is known (Airflow's task
-    processes) get it from a pass that stores nothing: their tasks are recorded at the
-    first pass with nothing to answer, in one commit, with the versions the answers gave.
-    A task ended without a wait is recorded at once, with those answered before it."""
+    processes) get it from a pass that stores nothing while other tasks run (whose
+    producers may wait next); their tasks are stored at the first pass with nothing to
+    answer, in one commit, with the versions the answers gave.  The last running task's
+    answer comes first, then everything is stored; a task ended without a wait is stored
+    at once, with those answered before it."""
     import select
 
     roar = Roar(cfg, send=False)
     f = Follower(roar, session)
 
-    def answered(p: Producer, n: int) -> dict:
-        """End task n waiting for its early answer; pass until the producer has it."""
+    def answered(p: Producer, n: int) -> tuple[dict, int]:
+        """End task n waiting for its early answer; pass until the producer has it.
+        Returns the answer and how many tasks the passes stored."""
         p.proc.stdin.write(f"end {run_id(n)} 60 early\n")
         p.proc.stdin.flush()
-        deadline = time.monotonic() + 60
+        deadline, stored = time.monotonic() + 60, 0
         while not select.select([p.proc.stdout], [], [], 0.01)[0]:
             assert time.monotonic() < deadline, "never answered"
-            assert f.poll() == 0  # answering stores nothing
+            stored += f.poll()
         answer = json.loads(p.proc.stdout.readline())
         assert answer["ok"]
-        return answer["result"]
+        (out,) = answer["result"]["outputs"]
+        assert out["digest"] == digest(b"q\n" + str(n).encode())
+        assert [i["digest"] for i in answer["result"]["inputs"]] == [digest(b"q\n")]
+        return answer["result"], stored
 
     def status(n: int) -> str | None:
         r = roar.store.task_run(run_id(n))
         return r and r.status
 
+    def work(p: Producer, n: int) -> None:
+        p.do(f"begin {run_id(n)} t{n}")
+        p.do(f"copy {src} {tmp_path / f'{n}.txt'} {n}")
+
     src = tmp_path / "in.txt"
     src.write_bytes(b"q\n")
     ps = [Producer(session, tmp_path) for _ in range(3)]
     results = {}
-    for n, p in enumerate(ps[:2], 1):
-        p.do(f"begin {run_id(n)} t{n}")
-        p.do(f"copy {src} {tmp_path / f'{n}.txt'} {n}")
-        results[n] = answered(p, n)
-        (out,) = results[n]["outputs"]
-        assert out["digest"] == digest(b"q\n" + str(n).encode())
-        assert [i["digest"] for i in results[n]["inputs"]] == [digest(b"q\n")]
-        assert status(n) != "COMPLETE" and status(1) != "COMPLETE"  # answered, not stored
+    for n, p in enumerate(ps, 1):
+        work(p, n)
+    for n in (1, 2):  # task 3 runs on
+        results[n], stored = answered(ps[n - 1], n)
+        assert stored == 0 and status(1) != "COMPLETE" and status(2) != "COMPLETE"
         assert f.held_from is not None  # the recorder's mark stays before them
     assert f.poll() == 2  # nothing new to answer: both, in one pass
     assert status(1) == status(2) == "COMPLETE" and f.held_from is None
-    # Answered ahead, then a task whose producer does not wait: all recorded at once.
-    ps[0].do(f"begin {run_id(3)} t3")
-    ps[0].do(f"copy {src} {tmp_path / '3.txt'} 3")
-    results[3] = answered(ps[0], 3)
-    ps[2].do(f"begin {run_id(4)} t4")
-    ps[2].do(f"copy {src} {tmp_path / '4.txt'} 4")
-    ps[2].do(f"end {run_id(4)}")
+    results[3], stored = answered(ps[2], 3)  # none runs after it: answered, then stored
+    assert stored == 1 and status(3) == "COMPLETE"
+    # Answered ahead (task 5 runs), then task 5 ends without a wait: both stored at once.
+    work(ps[0], 4)
+    work(ps[1], 5)
+    results[4], stored = answered(ps[0], 4)
+    assert stored == 0 and status(4) != "COMPLETE"
+    ps[1].do(f"end {run_id(5)}")
     deadline = time.monotonic() + 60
     while (done := f.poll()) == 0:
         assert time.monotonic() < deadline
-    assert done == 2 and status(3) == status(4) == "COMPLETE"
+    assert done == 2 and status(4) == status(5) == "COMPLETE"
     f.sync()
     for p in ps:
         p.kill()
-    stored = {run: outs for run, (_, outs) in runs(cfg).items()}
+    stored_runs = {run: outs for run, (_, outs) in runs(cfg).items()}
     for n, result in results.items():  # stored as answered
-        assert {o["name"]: "blake3:" + o["digest"] for o in result["outputs"]} == {
-            uri: d for uri, d in stored[run_id(n)].items()}
-    assert stored[run_id(4)] == {str(tmp_path / "4.txt"): "blake3:" + digest(b"q\n4")}
+        assert {o["name"]: "blake3:" + o["digest"] for o in result["outputs"]} == \
+            stored_runs[run_id(n)]
+    assert stored_runs[run_id(5)] == {str(tmp_path / "5.txt"): "blake3:" + digest(b"q\n5")}
     f.close()
     roar.close(timeout=0)
 
