@@ -659,8 +659,8 @@ class Follower:
         if not new or len(tasks) > ANSWER_AHEAD_MAX or any(
                 now - e.answered > ANSWER_AHEAD_S for _, e, _ in tasks):
             return False
-        if not any(e.outcome is None for g in self._files.values()
-                   for e in g.tasklog.entries.values()):
+        if not any(e.outcome is None and not e.lifetime for g in self._files.values()
+                   for e in g.tasklog.entries.values()):  # (a worker's lifetime: no task)
             return False  # no task runs that may end next: stored now, while none waits
         self.held_from = min(t.outcome.ended_at for _, _, t in tasks)
         return True
