@@ -141,7 +141,7 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _task_info(meta: TaskMeta, dropped: int, command: list[str] | None) -> emission.TaskInfo:
+def task_info(meta: TaskMeta, dropped: int, command: list[str] | None) -> emission.TaskInfo:
     return emission.TaskInfo(
         engine=meta.engine, engine_task_id=meta.engine_task_id or meta.run_id,
         host=meta.host or "", pid=meta.pid or 0, attempt=meta.attempt, node_id=meta.node_id,
@@ -163,7 +163,7 @@ def lineage_of(meta: TaskMeta, outcome: TaskOutcome | None = None,
         error_message=outcome.error if outcome else None,
         run_facets={**emission.provenance_facets(), **meta.run_facets},
         inputs=inputs or [], outputs=outputs or [],
-        task=_task_info(meta, outcome.dropped if outcome else 0, command), io=meta.io_check,
+        task=task_info(meta, outcome.dropped if outcome else 0, command), io=meta.io_check,
         code=code or [],
     )
 

@@ -73,9 +73,14 @@ def result_of(r: RecordedTask, short: bool = False) -> dict:
     each there are (5,000 files each way made and read back only to show five)."""
     from dataclasses import asdict
 
-    from roar_core.pipeline.writer import lineage_of
+    from roar_core.pipeline.redact import redact_argv
+    from roar_core.pipeline.writer import task_info
 
-    lineage = lineage_of(r.meta, r.outcome, r.inputs, r.outputs)
+    # Not `lineage_of`: its run facets (the machine's and environment's provenance, ~0.1 s
+    # the first time in a process) are not part of the answer.
+    meta = r.meta
+    command = redact_argv(meta.command, meta.secrets) if meta.command else None
+    task = task_info(meta, r.outcome.dropped, command)
     inputs, outputs, counts = r.inputs, r.outputs, None
     if short:
         kept = [d for d in outputs if d.lifecycle != "DROP"]
@@ -86,8 +91,7 @@ def result_of(r: RecordedTask, short: bool = False) -> dict:
               "run_id": r.meta.run_id, "job_name": r.meta.job_name, "traced": r.meta.traced,
               "untraced_reason": r.meta.untraced_reason, "dropped": r.outcome.dropped,
               "inputs": [_plain(d) for d in inputs], "outputs": [_plain(d) for d in outputs],
-              "task": asdict(lineage.task) if lineage.task else None,
-              "io": asdict(lineage.io) if lineage.io else None}
+              "task": asdict(task), "io": asdict(meta.io_check) if meta.io_check else None}
     if counts is not None:
         answer["counts"] = counts
     return answer

@@ -145,8 +145,10 @@ def meta_from_json(d: dict) -> TaskMeta:
 
     from roar_core.pipeline import emission
     from roar_core.pipeline.declared import Declared
-    from roar_core.pipeline.facets import RUN_FACETS
     from roar_core.pipeline.writer import TaskMeta
+
+    if d.get("run_facets"):  # (the OpenLineage client, ~0.2 s to import: only for them)
+        from roar_core.pipeline.facets import RUN_FACETS
 
     wf, eng, decl = d.get("workflow"), d.get("engine_version"), d.get("declared")
     return TaskMeta(
@@ -157,7 +159,7 @@ def meta_from_json(d: dict) -> TaskMeta:
         engine_version=emission.Engine(**eng) if eng else None,
         # roar's own run facets by key, as plain fields (the producer loads no client)
         run_facets={key: RUN_FACETS[key](**fields, producer=emission.producer())
-                    for key, fields in (d.get("run_facets") or {}).items()},
+                    for key, fields in d["run_facets"].items()} if d.get("run_facets") else {},
         declared=Declared(**decl) if decl else None,
         secrets=tuple(d.get("secrets") or ()),
     )
