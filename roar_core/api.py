@@ -106,19 +106,12 @@ class Roar:
                 "ABORT": emission.workflow_abort}[status]
         self.writer.emit(make(w))
 
-    def close(self, timeout: float = 10.0, exiting: bool = False) -> None:
-        """`exiting`: the process exits right after (a recorder): its SQLite databases,
-        the stat cache and an SQLite store, are left open.  Closing SQLite's last
-        connection checkpoints its WAL: ~15 ms on a recorder's way out, which an engine
-        waiting for it to exit pays (Snakemake's end)."""
+    def close(self, timeout: float = 10.0) -> None:
         if self.spool is not None:
             if timeout > 0:
                 self.spool.flush(timeout)
             self.spool.close()
-        if exiting:
-            self.hasher.write_cache()  # (nothing is held but where a runner held it)
-        else:
-            self.hasher.close()
-            self.cache.close()
-        self.store.close(exiting=exiting)
+        self.hasher.close()
+        self.cache.close()
+        self.store.close()
 

@@ -355,13 +355,7 @@ class Store:
         _ENGINES.add(engine)
         return cls(engine, writer, where)
 
-    def close(self, exiting: bool = False) -> None:
-        """`exiting`: the process exits right after, and an SQLite store is left open:
-        closing its last connection checkpoints the WAL (~10 ms), where every commit is
-        already, and the next opener goes on from it as after a crash.  A server's
-        connections are closed."""
-        if exiting and self._engine.dialect.name == "sqlite":
-            return
+    def close(self) -> None:
         self._engine.dispose()
 
     def __enter__(self) -> Store:

@@ -319,10 +319,7 @@ def main(argv: list[str]) -> int:
             roar.spool.flush(30, retry=False)
         if order is not None:
             order.advance(datetime.now(timezone.utc), done=True)
-        # Its events: flushed above, before the mark said so.  A forked recorder leaves
-        # with os._exit next (forkserver); one run as a program, through the interpreter's
-        # teardown, which closes what is left open.
-        roar.close(timeout=0, exiting=True)
+        roar.close(timeout=0)  # its events: flushed above, before the mark said so
         if os.environ.get("ROAR_DEBUG"):
             cpu = os.times()
             print(f"roar recorder: {total} tasks, {cpu.user + cpu.system:.3f} s CPU "
