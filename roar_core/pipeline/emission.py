@@ -431,9 +431,14 @@ def provenance_facets() -> dict[str, dict[str, Any]]:
     key = (machine.digest, environment.digest)
     facets = _PROVENANCE_FACETS.get(key)
     if facets is None:
+        from openlineage.client.serde import Serde
+
+        # As the client's serializer leaves them (nested nulls dropped too), once.
         facets = _PROVENANCE_FACETS[key] = {
-            "roar_machine": _facet(_ROAR_MACHINE_SCHEMA, **machine.facet),
-            "roar_environment": _facet(_ROAR_ENVIRONMENT_SCHEMA, **environment.facet)}
+            "roar_machine": _Built(Serde.to_dict(
+                _facet(_ROAR_MACHINE_SCHEMA, **machine.facet))),
+            "roar_environment": _Built(Serde.to_dict(
+                _facet(_ROAR_ENVIRONMENT_SCHEMA, **environment.facet)))}
     return facets
 
 
@@ -530,11 +535,38 @@ def _plain_facets(facets: Mapping[str, Any]) -> dict[str, Any]:
     # content, both through its serializer so that the event stays null-free.
     if not facets:
         return {}
+    return {key: _plain_facet(f) for key, f in facets.items()}
+
+
+def _plain_facet(f: Any) -> dict[str, Any]:
+    # The serializer rebuilds a facet whole (~20 us each), and the same ones come in event
+    # after event: the machine's and environment's, which roar built null-free (`_Built`),
+    # go as they are; a task's own facet objects, in its START and its end, are serialized
+    # once (kept for the object; events never change a facet: they are encoded as built).
+    # A dict of unknown content is serialized every time: its owner may change it.
+    if type(f) is _Built:
+        return f
+    if isinstance(f, Mapping):
+        from openlineage.client.serde import Serde
+
+        return Serde.to_dict(dict(f))
+    got = _PLAIN.get(id(f))
+    if got is not None and got[0] is f:
+        return got[1]
     from openlineage.client.serde import Serde
 
-    return {
-        key: Serde.to_dict(dict(f) if isinstance(f, Mapping) else f) for key, f in facets.items()
-    }
+    plain = Serde.to_dict(f)
+    if len(_PLAIN) >= 64:
+        _PLAIN.clear()
+    _PLAIN[id(f)] = (f, plain)  # (holding f: its id is not reused meanwhile)
+    return plain
+
+
+_PLAIN: dict[int, tuple[Any, dict[str, Any]]] = {}
+
+
+class _Built(dict):
+    """A facet roar built itself, null-free (`_facet`), that the events share."""
 
 
 def _job_facets(info: _Lineage, job_type: JobType) -> dict[str, Any]:

@@ -7,6 +7,7 @@ for "looking random".
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 
@@ -131,7 +132,13 @@ def redact_argv(argv: Iterable[str], secrets: Iterable[str] = ()) -> list[str]:
     path, password) and guessing would hide ordinary arguments.  `secrets`: values known to
     be secret (an engine's parameters named like one), masked wherever they appear.
     """
-    argv = list(argv)
+    # A task's command is redacted for its run's row, its START and end events and its
+    # answer (~25 us each for a shell command line): once.
+    return list(_redacted(tuple(argv), tuple(secrets)))
+
+
+@functools.lru_cache(maxsize=256)
+def _redacted(argv: tuple[str, ...], secrets: tuple[str, ...]) -> tuple[str, ...]:
     known = sorted({s for s in secrets if len(s) >= _MIN_KNOWN}, key=len, reverse=True)
     mysql = bool(argv) and bool(_MYSQL_CLIENT.match(argv[0].rsplit("/", 1)[-1]))
     out: list[str] = []
@@ -169,7 +176,7 @@ def redact_argv(argv: Iterable[str], secrets: Iterable[str] = ()) -> list[str]:
             out.append(f"{m[1]}={MASK}")
             continue
         out.append(redact_text(arg))
-    return out
+    return tuple(out)
 
 
 # A known secret shorter than this is not looked for inside arguments: masking every "1"

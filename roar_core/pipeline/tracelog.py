@@ -10,7 +10,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from roar_core.slotted import Frozen, Slotted
@@ -131,15 +131,16 @@ class Record(Slotted):
 
 
 class TraceLog(Slotted):
-    __slots__ = ("path", "header", "records", "torn", "next_offset")
+    __slots__ = ("path", "header", "records", "torn", "next_offset", "final")
 
     def __init__(self, path: Path, header: LogHeader, records: list[Record] | None = None,
-                 torn: int = 0, next_offset: int = 0) -> None:
+                 torn: int = 0, next_offset: int = 0, final: bool = True) -> None:
         self.path = path
         self.header = header
         self.records = [] if records is None else records
         self.torn = torn  # records the reader found half-written (killed mid-record)
         self.next_offset = next_offset  # where an incremental read resumes
+        self.final = final  # read as a whole log (its process gone), not to resume
 
     @property
     def dropped(self) -> int:
@@ -230,9 +231,12 @@ def _records(buf, end: int, start: int, final: bool) -> Iterator[tuple[int, Reco
         )
 
 
-def read_log(path: str | os.PathLike, start: int = 0, final: bool = True) -> TraceLog:
+def read_log(path: str | os.PathLike, start: int = 0,
+             final: bool | Callable[[LogHeader], bool] = True) -> TraceLog:
     """Read one log.  With final=False, reading stops before the first record that is
-    not committed yet, and `next_offset` says where to resume."""
+    not committed yet, and `next_offset` says where to resume.  `final` may be decided
+    from the log's header (e.g. whether its process is gone), read from the same mapping
+    as the records, not opened apart: the log's `final` says what it was."""
     path = Path(path)
     try:
         with open(path, "rb") as f:
@@ -253,11 +257,14 @@ def _unreadable(path: Path, e: OSError) -> TraceLogError:
     return TraceLogError(f"{path}: cannot read trace log ({e.strerror or e})")
 
 
-def _parse(path: Path, buf: mmap.mmap, size: int, start: int, final: bool) -> TraceLog:
+def _parse(path: Path, buf: mmap.mmap, size: int, start: int,
+           final: bool | Callable[[LogHeader], bool]) -> TraceLog:
     header = _header(buf, path)
+    if callable(final):
+        final = bool(final(header))
     # The file may have been cut (copied, disk full): never read past it.
     end = min(header.reserved, size - HEADER_SIZE)
-    log = TraceLog(path, header, next_offset=start)
+    log = TraceLog(path, header, next_offset=start, final=final)
     last_torn = False
     for off, rec in _records(buf, end, start, final):
         log.next_offset = off

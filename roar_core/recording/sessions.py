@@ -173,6 +173,10 @@ def remove_session_dir(d: Path) -> None:
     shutil.rmtree(d, ignore_errors=True)
 
 
+def _process_gone(head: tracelog.LogHeader) -> bool:
+    return not pid_alive(head.pid)
+
+
 def pid_alive(pid: int) -> bool:
     """Whether a process with this pid exists (on this host)."""
     try:
@@ -324,7 +328,8 @@ class SessionCollector:
                 tracelog.log_files(self.directory, self._since, self._root_pid)))
         return listed[1]
 
-    def _read(self, path: Path, start: int, final: bool) -> tracelog.TraceLog:
+    def _read(self, path: Path, start: int,
+              final: bool | Callable[[tracelog.LogHeader], bool]) -> tracelog.TraceLog:
         live = self._live.pop(path, None) if final else self._live.get(path)
         if final or self._tree is None:
             if live is not None:
@@ -387,11 +392,12 @@ class SessionCollector:
                 start = self._offsets.get(path, 0)
                 try:
                     head = self._headers.get(path)
-                    if head is None and settle:
-                        head = tracelog.read_header(path)
-                    final = head is not None and not pid_alive(head.pid)
+                    # A log first seen as the command has ended: whether its process is
+                    # gone, from the header read with its records (one open, not two).
+                    final = (not pid_alive(head.pid) if head is not None
+                             else _process_gone if settle else False)
                     log = self._read(path, start, final)
-                    if final:
+                    if log.final:
                         self._finished.add(path)
                 except tracelog.TraceLogError as e:
                     if live:
