@@ -331,6 +331,31 @@ def test_extra_facets_do_not_override_roar_facets() -> None:
     assert event["run"]["facets"]["roar_task"]["engine"] == "snakemake"
 
 
+
+def test_facets_serialized_once_are_the_clients_and_a_dict_is_read_each_time() -> None:
+    """An integration's facet objects are serialized once for a task's START and end, and
+    the machine's and environment's once per process: the events must carry what the
+    client's serializer gives every time, and a dict facet (its owner may change it
+    between two events) as it is when each event is made."""
+    from openlineage.client.facet_v2 import nominal_time_run
+    from openlineage.client.serde import Serde
+
+    nominal = nominal_time_run.NominalTimeRunFacet(nominalStartTime="2026-03-01T00:00:00+00:00")
+    custom = {"_producer": "p", "_schemaURL": "https://example.com/x.json", "n": 1, "gone": None}
+    lineage = task(run_facets={**em.provenance_facets(), "nominalTime": nominal,
+                               "custom": custom})
+    start, end = as_dict(em.start_event(lineage)), as_dict(em.complete_event(lineage))
+    for key, facet in em.provenance_facets().items():
+        assert start["run"]["facets"][key] == end["run"]["facets"][key] == Serde.to_dict(
+            dict(facet))
+    for event in (start, end):
+        assert event["run"]["facets"]["nominalTime"] == Serde.to_dict(nominal)
+        assert event["run"]["facets"]["custom"] == {k: v for k, v in custom.items() if v}
+    custom["n"] = 2
+    later = as_dict(em.complete_event(lineage))
+    assert later["run"]["facets"]["custom"]["n"] == 2
+
+
 # ---- the custom facets and their schemas ------------------------------------------------------
 
 CUSTOM = {

@@ -63,6 +63,17 @@ def test_redact_argv_does_not_mutate_input() -> None:
     assert argv == ["--token", "t1"]
 
 
+
+def test_redact_argv_gives_each_caller_its_own_list() -> None:
+    # Redactions are kept per command (a task's is asked for four times or more): what one
+    # caller does with its list must not reach the next one's.
+    argv = ["curl", "--token", "s3cr3t-tok", "https://example.com"]
+    first = redact_argv(argv)
+    first.append("changed")
+    first[2] = "s3cr3t-tok"
+    assert redact_argv(argv) == ["curl", "--token", MASK, "https://example.com"]
+    assert redact_argv(argv, ["example"]) == ["curl", "--token", MASK, f"https://{MASK}.com"]
+
 def test_redact_env() -> None:
     env = {
         "GITHUB_TOKEN": "t1",
