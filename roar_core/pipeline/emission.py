@@ -546,15 +546,13 @@ def _plain_facet(f: Any) -> dict[str, Any]:
     # A dict of unknown content is serialized every time: its owner may change it.
     if type(f) is _Built:
         return f
-    if isinstance(f, Mapping):
-        from openlineage.client.serde import Serde
+    from openlineage.client.serde import Serde
 
+    if isinstance(f, Mapping):
         return Serde.to_dict(dict(f))
     got = _PLAIN.get(id(f))
     if got is not None and got[0] is f:
         return got[1]
-    from openlineage.client.serde import Serde
-
     plain = Serde.to_dict(f)
     if len(_PLAIN) >= 64:
         _PLAIN.clear()

@@ -141,7 +141,10 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def task_info(meta: TaskMeta, dropped: int, command: list[str] | None) -> emission.TaskInfo:
+def task_info(meta: TaskMeta, dropped: int) -> emission.TaskInfo:
+    """The task's `roar_task` fields: in its events (`lineage_of`) and in the answer a
+    waiting producer gets; its command with secrets masked."""
+    command = redact_argv(meta.command, meta.secrets) if meta.command else None
     return emission.TaskInfo(
         engine=meta.engine, engine_task_id=meta.engine_task_id or meta.run_id,
         host=meta.host or "", pid=meta.pid or 0, attempt=meta.attempt, node_id=meta.node_id,
@@ -155,7 +158,6 @@ def lineage_of(meta: TaskMeta, outcome: TaskOutcome | None = None,
                inputs: list[emission.Dataset] | None = None,
                outputs: list[emission.Dataset] | None = None,
                code: list[CodeVersion] | None = None) -> emission.TaskLineage:
-    command = redact_argv(meta.command, meta.secrets) if meta.command else None
     return emission.TaskLineage(
         namespace=meta.namespace, job_name=meta.job_name, run_id=meta.run_id,
         event_time=outcome.ended_at if outcome else meta.started_at,
@@ -163,7 +165,7 @@ def lineage_of(meta: TaskMeta, outcome: TaskOutcome | None = None,
         error_message=outcome.error if outcome else None,
         run_facets={**emission.provenance_facets(), **meta.run_facets},
         inputs=inputs or [], outputs=outputs or [],
-        task=task_info(meta, outcome.dropped if outcome else 0, command), io=meta.io_check,
+        task=task_info(meta, outcome.dropped if outcome else 0), io=meta.io_check,
         code=code or [],
     )
 

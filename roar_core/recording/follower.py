@@ -71,14 +71,12 @@ def result_of(r: RecordedTask, short: bool = False) -> dict:
     """What a waiting producer is told of a recorded task (tasklog.Result reads it).
     `short`: the first SHORT_ANSWER inputs, outputs and deleted files, and how many of
     each there are (5,000 files each way made and read back only to show five)."""
-    from roar_core.pipeline.redact import redact_argv
     from roar_core.pipeline.writer import task_info
 
     # Not `lineage_of`: its run facets (the machine's and environment's provenance, ~0.1 s
     # the first time in a process) are not part of the answer.
     meta = r.meta
-    command = redact_argv(meta.command, meta.secrets) if meta.command else None
-    task = task_info(meta, r.outcome.dropped, command)
+    task = task_info(meta, r.outcome.dropped)
     inputs, outputs, counts = r.inputs, r.outputs, None
     if short:
         kept = [d for d in outputs if d.lifecycle != "DROP"]
