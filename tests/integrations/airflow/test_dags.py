@@ -11,6 +11,7 @@ must carry the files the task really read and wrote, with blake3 digests, under 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,6 +167,13 @@ def test_roar_facets_and_mode(etl: EtlRun) -> None:
         assert "runs in a traced subprocess" in log
     else:
         assert "recorder); roar took" in log  # recorded by the session's recorder process
+        # Its time on the task path, split into the begin and the end (with the wait for
+        # the recorder's answer), as bench_airflow reports it: the parts make the whole.
+        took = re.findall(r"roar took ([0-9.]+) ms \(begin ([0-9.]+), end ([0-9.]+)\)", log)
+        assert took
+        for total, begin, end in took:
+            assert float(begin) > 0 and float(end) > 0
+            assert abs(float(begin) + float(end) - float(total)) <= 0.15, (total, begin, end)
     for ev in etl.events:
         if ev["eventType"] in ("COMPLETE", "FAIL") and ev["job"]["name"] not in (
                 DAG, f"{DAG}.stage"):  # stage is a plain @task

@@ -91,6 +91,7 @@ class TaskRun:
     result: Result | None = None  # its recorded lineage, once ended
     session: Path | None = None  # the task's own session dir (subprocess mode)
     roar_seconds: float = 0.0  # time roar spent on the task's critical path
+    begin_seconds: float = 0.0  # of which at its begin (the rest: its end, the answer's wait)
     recorded_by: str = "recorder"
 
     @property
@@ -176,7 +177,8 @@ class RoarHook(BaseHook):
             self.log.warning("roar: cannot start the recorder process: %s", e)
         if mode is Mode.BOUNDARY:
             tracer.loaded().begin(ident.run_id)
-        run.roar_seconds += time.perf_counter() - t0
+        run.begin_seconds = time.perf_counter() - t0
+        run.roar_seconds += run.begin_seconds
         return run
 
     def child_env(self, run: TaskRun, base: dict[str, str] | None = None) -> dict[str, str]:

@@ -107,8 +107,10 @@ class RoarOperatorMixin(BaseOperator):
         if r.error:
             self.log.error("roar: lineage not recorded: %s", r.error)
             return
-        self.log.info("roar: recorded %d inputs, %d outputs (run %s, %s); roar took %.1f ms",
-                      *r.counts, run.run_id, run.recorded_by, run.roar_seconds * 1e3)
+        self.log.info("roar: recorded %d inputs, %d outputs (run %s, %s); roar took %.1f ms "
+                      "(begin %.1f, end %.1f)", *r.counts, run.run_id, run.recorded_by,
+                      run.roar_seconds * 1e3, run.begin_seconds * 1e3,
+                      (run.roar_seconds - run.begin_seconds) * 1e3)
 
     # ---- OpenLineage (called by the provider's listener) -----------------------------
 
