@@ -273,7 +273,7 @@ def main(argv: list[str]) -> int:
     settings_id = _file_id(directory / SETTINGS)
     try:
         while True:
-            tasklog.drain_fifo(wake)
+            hinted = tasklog.drain_fifo(wake)
             if _file_id(directory / SETTINGS) != settings_id:
                 # A producer changed the settings (the CLI's, its configuration): what
                 # ended from now on is recorded with them.
@@ -283,7 +283,7 @@ def main(argv: list[str]) -> int:
                 roar = follower.roar = open_roar(directory)
                 follower.forget_rows()
             began = time.time()
-            recorded = follower.poll()
+            recorded = follower.poll(hinted)
             total += recorded
             if follower.held_from is None:  # all that ended before `began` is recorded
                 os.pwrite(status, f"{began:<24.6f}".encode(), 0)

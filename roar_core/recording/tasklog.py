@@ -236,15 +236,17 @@ def _mkfifo(path: Path) -> int:
     return os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
 
 
-def poke(path: str | os.PathLike) -> bool:
+def poke(path: str | os.PathLike, note: str = "") -> bool:
     """Wake whoever waits on the FIFO at `path`; False when nobody does (no FIFO, no
-    reader).  Never blocks: a full FIFO has a wake-up pending already."""
+    reader).  Never blocks: a full FIFO has a wake-up pending already.  `note`: one line
+    for the reader (`drain_fifo`), written whole (a FIFO's writes of up to PIPE_BUF bytes
+    are never interleaved)."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return False
     try:
-        os.write(fd, b"\n")
+        os.write(fd, f"{note}\n".encode())
     except BlockingIOError:
         pass
     except OSError:
@@ -254,12 +256,15 @@ def poke(path: str | os.PathLike) -> bool:
     return True
 
 
-def drain_fifo(fd: int) -> None:
+def drain_fifo(fd: int) -> list[str]:
+    """Empty the FIFO; returns the notes the pokes carried (see `poke`)."""
+    data = b""
     try:
-        while os.read(fd, 4096):
-            pass
+        while chunk := os.read(fd, 4096):
+            data += chunk
     except BlockingIOError:
         pass
+    return [n for n in data.decode("utf-8", "replace").split("\n") if n]
 
 
 class TaskLog:
@@ -372,7 +377,9 @@ class TaskLog:
             fd = self._waiter(run_id)
         self._write(entry)
         if self._wake or wait:
-            poke(self.directory / WAKE)
+            # An early answer's wake names this log: the recorder answers from it first,
+            # before the rest of its pass (every other log read, ended tasks stored).
+            poke(self.directory / WAKE, self.name if early else "")
         return fd
 
     def closed(self, wait: bool = False) -> int | None:

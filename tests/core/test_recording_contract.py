@@ -277,16 +277,21 @@ def test_a_waiting_producer_gets_its_tasks_lineage(tmp_path, cfg, session):
     wait_recorded(session)
 
 
+@pytest.mark.parametrize("named", [False, True], ids=["plain-wake", "named-wake"])
 def test_waiting_producers_are_answered_ahead_and_their_tasks_recorded_together(
-        tmp_path, cfg, session):
+        tmp_path, cfg, session, named):
     """Producers that wait for their lineage as soon as it is known (Airflow's task
     processes) get it from a pass that stores nothing while other tasks run (whose
     producers may wait next); their tasks are stored at the first pass with nothing to
     answer, in one commit, with the versions the answers gave.  The last running task's
     answer comes first, then everything is stored; a task ended without a wait is stored
-    at once, with those answered before it."""
+    at once, with those answered before it.  `named`: the wakes name the producers'
+    logs, as the recorder process reads them (answered first in each pass): the same."""
     import select
 
+    from roar_core.recording import tasklog
+
+    wake = tasklog._mkfifo(session / tasklog.WAKE) if named else None
     roar = Roar(cfg, send=False)
     f = Follower(roar, session)
 
@@ -298,7 +303,7 @@ def test_waiting_producers_are_answered_ahead_and_their_tasks_recorded_together(
         deadline, stored = time.monotonic() + 60, 0
         while not select.select([p.proc.stdout], [], [], 0.01)[0]:
             assert time.monotonic() < deadline, "never answered"
-            stored += f.poll()
+            stored += f.poll(tasklog.drain_fifo(wake) if wake is not None else ())
         answer = json.loads(p.proc.stdout.readline())
         assert answer["ok"]
         (out,) = answer["result"]["outputs"]
@@ -348,6 +353,68 @@ def test_waiting_producers_are_answered_ahead_and_their_tasks_recorded_together(
     assert stored_runs[run_id(5)] == {str(tmp_path / "5.txt"): "blake3:" + digest(b"q\n5")}
     f.close()
     roar.close(timeout=0)
+    if wake is not None:
+        os.close(wake)
+
+
+def test_a_wake_that_names_its_log_is_answered_before_the_rest_of_the_pass(
+        tmp_path, cfg, session, monkeypatch):
+    """A producer waiting for its early answer names its task log in the recorder's wake:
+    the pass answers from that log first, before it lists and reads the others and stores
+    what ended; the task is then stored once, with the versions it was answered."""
+    import select
+
+    from roar_core.recording import follower as following
+    from roar_core.recording import tasklog
+
+    wake = tasklog._mkfifo(session / tasklog.WAKE)  # the recorder's end, open to read
+    roar = Roar(cfg, send=False)
+    f = Follower(roar, session)
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"n\n")
+    other = Producer(session, tmp_path)
+    other.task(2, src, tmp_path / "2.txt", "2")  # ended, no wait: stored by the pass
+    f.poll()  # its log followed, task 2 stored
+    # A task whose log no pass has seen yet (an Airflow task process's, made as it began).
+    waiting = Producer(session, tmp_path)
+    waiting.do(f"begin {run_id(1)} t1")
+    waiting.do(f"copy {src} {tmp_path / '1.txt'} 1")
+    (log1,) = [p for p in log_paths(session) if f"-{waiting.proc.pid}-" in p.name]
+    assert tasklog.drain_fifo(wake) == []  # a plain wake names nothing
+    waiting.proc.stdin.write(f"end {run_id(1)} 60 early\n")
+    waiting.proc.stdin.flush()
+    assert select.select([wake], [], [], 60)[0]
+    hinted = tasklog.drain_fifo(wake)
+    assert hinted == [log1.name.removesuffix(tasklog.SUFFIX)]
+
+    seen = []
+
+    def listed(directory):  # the pass's first look at the directory
+        seen.append(any(json.loads(line).get("a") == run_id(1)
+                        for line in log1.read_text().splitlines()))
+        return log_paths(directory)
+
+    monkeypatch.setattr(following, "log_paths", listed)
+    f.poll(hinted)
+    assert seen == [True]  # answered before the pass listed the logs
+    answer = json.loads(waiting.proc.stdout.readline())
+    assert answer["ok"]
+    (out,) = answer["result"]["outputs"]
+    assert out["digest"] == digest(b"n\n1")
+    deadline = time.monotonic() + 60
+    while roar.store.task_run(run_id(1)) is None or \
+            roar.store.task_run(run_id(1)).status != "COMPLETE":
+        assert time.monotonic() < deadline
+        f.poll()
+    f.sync()
+    for p in (waiting, other):
+        p.kill()
+    stored = {run: outs for run, (_, outs) in runs(cfg).items()}
+    assert stored[run_id(1)] == {out["name"]: "blake3:" + out["digest"]}
+    assert stored[run_id(2)] == {str(tmp_path / "2.txt"): "blake3:" + digest(b"n\n2")}
+    f.close()
+    roar.close(timeout=0)
+    os.close(wake)
 
 
 def test_a_task_that_cannot_be_recorded_is_kept_and_recorded_once_later(
