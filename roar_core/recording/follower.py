@@ -442,10 +442,7 @@ class Follower:
                     self._take_records(f, entry, entry.outcome)
                     task = EndedTask(entry.meta, entry.outcome, entry.records,
                                      start=not entry.started)
-                    entry.taken = self._captured(entry, task)
-                    answer = self.roar.writer.answer(task.meta, task.outcome, entry.taken)
-                    if answer is not None:
-                        self._answer(f, entry, answer)
+                    if self._answer_ahead(f, entry, task):
                         answered.add(entry.meta.run_id)
             except Exception as e:  # the pass records it, failing as storing it fails
                 log.debug("roar: early answer from %s left to the pass: %s", name, e)
@@ -683,6 +680,17 @@ class Follower:
         if found is not None:
             self._answer(*found, task)
 
+    def _answer_ahead(self, f: _Followed, entry: Entry, task: EndedTask) -> bool:
+        """Answer the task's producer before the task is stored: its versions taken now
+        (kept for the store), its lineage as `record` will store it.  False where that
+        needs the store (`LineageWriter.answer`)."""
+        task.captured = entry.taken = self._captured(entry, task)
+        answer = self.roar.writer.answer(task.meta, task.outcome, task.captured)
+        if answer is None:
+            return False
+        self._answer(f, entry, answer)
+        return True
+
     def _answer(self, f: _Followed, entry: Entry, task: RecordedTask) -> None:
         entry.answered = time.monotonic()
         f.answer({"a": entry.meta.run_id, "res": result_of(task, short=entry.short)},
@@ -714,13 +722,10 @@ class Follower:
                 task.captured = entry.taken
                 continue
             try:
-                task.captured = entry.taken = self._captured(entry, task)
-                answer = self.roar.writer.answer(task.meta, task.outcome, task.captured)
+                if not self._answer_ahead(f, entry, task):
+                    return False
             except Exception:  # stored now, failing as storing it fails
                 return False
-            if answer is None:
-                return False
-            self._answer(f, entry, answer)
         now = time.monotonic()
         if not new or len(tasks) > ANSWER_AHEAD_MAX or any(
                 now - e.answered > ANSWER_AHEAD_S for _, e, _ in tasks):
