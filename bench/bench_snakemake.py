@@ -10,7 +10,10 @@ so that drift on a shared machine hits them alike.  One warm-up run per mode is 
 Prints one table: median wall time per mode, per job, and the ratio to the local executor.
 The acceptance bound is roar/local <= 1.10.  `--sets K`: K sets of --reps reps, in one
 interleaved sequence, and each set's ratio (issue 21 bounds every set's at 1.05: on this
-2-core machine one set's ratio moves by several percent from run to run).
+2-core machine one set's ratio moves by several percent from run to run).  `--noise`: the
+local executor a second time, as a third mode interleaved with the others, and its sets'
+ratios to the first: what the per-set ratio reads where nothing differs (its noise floor,
+measured in the same run).
 
 `--cpu N`: then the CPU a `--executor roar` invocation adds to a local one on a 3-job
 workflow, N of each interleaved: the whole machine's CPU time (/proc/stat) from the start of
@@ -82,7 +85,7 @@ def run(mode: str, root: Path, args, home: Path) -> tuple[float, float]:
     else:
         shell = SHELL
     d = workflow(root, args.jobs, shell)
-    executor = "roar" if mode == "roar" else "local"
+    executor = "roar" if mode == "roar" else "local"  # ("local again": --noise)
     cmd = [str(BIN / "snakemake"), "--executor", executor, "-j", str(args.cores), "--quiet",
            "all"]
     e = env()
@@ -168,12 +171,16 @@ def main() -> None:
                         "table pools all of them")
     p.add_argument("--cores", type=int, default=2)
     p.add_argument("--no-wrapped", action="store_true", help="skip per-job roar-core run")
+    p.add_argument("--noise", action="store_true",
+                   help="the local executor again, as a mode of its own: the per-set ratio "
+                        "where nothing differs")
     p.add_argument("--cpu", type=int, default=0, metavar="N",
                    help="then CPU per 3-job invocation, N of each (0: skip)")
     p.add_argument("--cpu-only", action="store_true", help="only the --cpu part")
     p.add_argument("--json", help="also write the raw numbers here (for bench/report)")
     args = p.parse_args()
-    modes = ["local", "roar"] + ([] if args.no_wrapped else ["wrapped"])
+    modes = ["local", "roar"] + ([] if args.no_wrapped else ["wrapped"]) + (
+        ["local again"] if args.noise else [])
     root = Path(tempfile.mkdtemp(prefix="roar-bench-smk-"))
     homes = {m: root / f"home-{m}" for m in modes}
     times: dict[str, list[float]] = {m: [] for m in modes}
@@ -204,7 +211,8 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
 
     label = {"local": "--executor local", "roar": "--executor roar",
-             "wrapped": "local + roar-core run per job"}
+             "wrapped": "local + roar-core run per job",
+             "local again": "--executor local, again (noise)"}
     base = statistics.median(times["local"])
     print(f"\nSnakemake, {args.jobs} small shell jobs, -j {args.cores}, "
           f"{args.reps * args.sets} reps (median; interleaved)\n")
@@ -227,12 +235,20 @@ def main() -> None:
     if args.sets > 1:
         # Each set as one run of the bench with --reps would have measured it.
         n = args.reps
-        sets = [statistics.median(times["roar"][i:i + n])
-                / statistics.median(times["local"][i:i + n])
-                for i in range(0, n * args.sets, n)]
+
+        def per_set(mode: str) -> list[float]:
+            return [statistics.median(times[mode][i:i + n])
+                    / statistics.median(times["local"][i:i + n])
+                    for i in range(0, n * args.sets, n)]
+
+        sets = per_set("roar")
         every = "yes" if max(sets) <= 1.05 else "no"
         print(f"per set of {n} reps: {' '.join(f'{r:.3f}' for r in sets)}; "
               f"every set <= 1.05 (issue 21): {every}")
+        if args.noise:
+            floor = per_set("local again")
+            print(f"local again / local, per set: {' '.join(f'{r:.3f}' for r in floor)}; "
+                  f"spread {min(floor):.3f}-{max(floor):.3f} where nothing differs")
     print("(recorded s: until the lineage is in the store; --executor roar records before it "
           "exits)")
     if args.cpu:
