@@ -411,24 +411,30 @@ class Store:
     def _write_later(self, write: Callable[[], None]) -> None:
         """Run a batch's big writes on a helper thread while this one goes on (a task of
         thousands of files: the database's own work, which holds no GIL, beside the
-        caller's building of its events).  The batch's next use of the store, and its
-        commit, wait for them, and fail with them."""
-        self._settle()
+        caller's building of its events).  Writes given in turn run in that order (the
+        caller leaves the connection to the helper meanwhile); the batch's next use of the
+        store, and its commit, wait for them, and fail with the first that fails."""
         if self._helper is None or self._helper_pid != os.getpid():  # none, or a parent's
             self._helper = ThreadPoolExecutor(1, thread_name_prefix="roar-store")
             self._helper_pid = os.getpid()
-        self._batch.writing = self._helper.submit(write)
+        writing: list[Future] | None = getattr(self._batch, "writing", None)
+        if writing is None:
+            writing = self._batch.writing = []
+        writing.append(self._helper.submit(write))
 
     def _settle(self, quiet: bool = False) -> None:
-        writing: Future | None = getattr(self._batch, "writing", None)
+        writing: list[Future] | None = getattr(self._batch, "writing", None)
         if writing is None:
             return
         self._batch.writing = None
-        try:
-            writing.result()
-        except Exception:
-            if not quiet:
-                raise
+        failed = None
+        for w in writing:  # all of them done before the connection is used again
+            try:
+                w.result()
+            except Exception as e:
+                failed = failed or e
+        if failed is not None and not quiet:
+            raise failed
 
     # -- runs ---------------------------------------------------------------------------------
 
@@ -939,6 +945,31 @@ def _record_accesses(
         _lineage.latest_per_path(conn, read, task_run_id, started_at)
         if read and _any_produced(conn, read) else {}
     )
+    sizes: dict[str, int | None] = {}
+    for a in checked:
+        if a.digest:
+            sizes[a.digest] = sizes.get(a.digest) or a.size
+    # The batch's timestamp, converted once for all its rows.
+    t = _PRODUCED_VERSION.driver_value(conn, "recorded_at", now)
+    first = _NEW_ARTIFACT.driver_value(conn, "first_seen", now)
+
+    def versions() -> None:
+        _NEW_ARTIFACT.run(conn, [(d, n, first) for d, n in sorted(sizes.items())],
+                          converted=("first_seen",))
+        # Inputs before outputs: on a timestamp tie, the version written by this run (a
+        # later id) is the latest one of a file it also read.
+        _SEEN_VERSION.run(conn, [(a.uri, a.digest, a.size, a.mtime_ns, None, t, t)
+                                 for a in inputs], converted=_TIMES)
+        _PRODUCED_VERSION.run(
+            conn, [(a.uri, a.digest, a.size, a.mtime_ns, task_run_id, t, t) for a in outputs],
+            converted=_TIMES)
+
+    # The versions' rows need nothing of what follows: on the helper (`write`), they are
+    # written while the accesses are made.
+    if write is None:
+        versions()
+    else:
+        write(versions)
     records = []
     for a in checked:
         # Always the path the task used: equal content elsewhere is an edge (`match`), never
@@ -957,24 +988,8 @@ def _record_accesses(
                                      *dataset_identity(prod.uri))
         records.append(AccessRecord(a.uri, a.role, a.digest, a.size, a.mtime_ns, a.path_read,
                                     ns, name, a.note, match, a.object_version))
-    sizes: dict[str, int | None] = {}
-    for a in checked:
-        if a.digest:
-            sizes[a.digest] = sizes.get(a.digest) or a.size
-    # The batch's timestamp, converted once for all its rows.
-    t = _PRODUCED_VERSION.driver_value(conn, "recorded_at", now)
-    first = _NEW_ARTIFACT.driver_value(conn, "first_seen", now)
 
     def rows() -> None:
-        _NEW_ARTIFACT.run(conn, [(d, n, first) for d, n in sorted(sizes.items())],
-                          converted=("first_seen",))
-        # Inputs before outputs: on a timestamp tie, the version written by this run (a
-        # later id) is the latest one of a file it also read.
-        _SEEN_VERSION.run(conn, [(a.uri, a.digest, a.size, a.mtime_ns, None, t, t)
-                                 for a in inputs], converted=_TIMES)
-        _PRODUCED_VERSION.run(
-            conn, [(a.uri, a.digest, a.size, a.mtime_ns, task_run_id, t, t) for a in outputs],
-            converted=_TIMES)
         _ACCESS.run(conn, [(task_run_id, r.uri, r.digest, r.role, r.size, r.mtime_ns,
                             r.path_read, r.dataset_namespace, r.dataset_name, r.note,
                             r.object_version) for r in records])

@@ -237,6 +237,11 @@ class LineageWriter:
                                 lifecycle=lifecycle, unknown_version=unknown,
                                 object_version=object_version)
 
+    def _outputs(self, made: list[tuple]) -> list[emission.Dataset]:
+        """The output datasets of `_lineage`'s fields."""
+        dataset = self._dataset
+        return [dataset(*fields) for fields in made]
+
     def _input_datasets(self, recorded: list[AccessRecord] | list[Access]
                         ) -> list[emission.Dataset]:
         """Inputs under the path the task used (`symlinks`: the link it went through)."""
@@ -361,13 +366,15 @@ class LineageWriter:
         if lineage is None:
             return None
         accesses, outputs = lineage
-        return RecordedTask(meta, outcome, captured, self._input_datasets(accesses), outputs)
+        return RecordedTask(meta, outcome, captured, self._input_datasets(accesses),
+                            self._outputs(outputs))
 
     def _lineage(self, meta: TaskMeta, captured: Capture, untraceable: list[str] | None,
-                 ahead: bool = False) -> tuple[list[Access], list[emission.Dataset]] | None:
-        """The task's accesses and output datasets; settles what its capture says of
-        `meta` (untraced, unseen S3, declared I/O, command).  `ahead`: None where a version
-        would come from the store (see `answer`)."""
+                 ahead: bool = False) -> tuple[list[Access], list[tuple]] | None:
+        """The task's accesses and its output datasets' fields (`_outputs` makes them:
+        for a task of thousands of files, after its rows have gone to the store); settles
+        what its capture says of `meta` (untraced, unseen S3, declared I/O, command).
+        `ahead`: None where a version would come from the store (see `answer`)."""
         io, decl = captured.io, meta.declared
         if untraceable:
             io.untraceable.extend(untraceable)
@@ -386,7 +393,7 @@ class LineageWriter:
             meta.command = io.commands[0]
 
         accesses: list[Access] = []
-        outputs: list[emission.Dataset] = []
+        outputs: list[tuple] = []
         for a in io.inputs:
             v = captured.inputs.get(a.path) or _GONE
             if v.digest is None:
@@ -407,14 +414,13 @@ class LineageWriter:
                     return None
                 v = self._stored_object(*a.obj.source, v)
             lifecycle = "OVERWRITE" if a.existed else "CREATE"
-            outputs.append(self._dataset(a.name, v.digest, v.size, lifecycle, unknown=v.why,
-                                         object_version=obj_version))
+            outputs.append((a.name, v.digest, v.size, lifecycle, None, v.why, obj_version))
             accesses.append(Access(uri=a.name, role="output", digest=_stored(v.digest),
                                    size=v.size, mtime_ns=v.state.mtime_ns if v.state else None,
                                    note=v.why if v.digest is None else None,
                                    object_version=obj_version))
         for a in io.deleted:
-            outputs.append(self._dataset(a.name, None, None, "DROP"))
+            outputs.append((a.name, None, None, "DROP"))
             accesses.append(Access(uri=a.name, role="deleted", digest=None))
         for a in io.transient:
             accesses.append(Access(uri=a.name, role="transient", digest=None))
@@ -435,9 +441,11 @@ class LineageWriter:
         start_event = emission.start_event(lineage_of(meta)) if start and self.spool else None
         if captured is None:
             captured = self.capture(meta, records)
-        accesses, outputs = self._lineage(meta, captured, untraceable)
+        accesses, made = self._lineage(meta, captured, untraceable)
+        outputs = None
         if answer is not None:
             # The inputs as the store will record them (one access each, as given).
+            outputs = self._outputs(made)
             answer(RecordedTask(meta, outcome, captured, self._input_datasets(accesses),
                                 outputs))
         io = captured.io
@@ -453,6 +461,8 @@ class LineageWriter:
             error_message=outcome.error, dropped_events=outcome.dropped, code=code,
             traced=meta.traced, untraced_reason=meta.untraced_reason, accesses=accesses,
             started=started)
+        if outputs is None:  # (its rows written meanwhile, on the store's helper thread)
+            outputs = self._outputs(made)
         inputs = self._input_datasets(recorded) if io.inputs else []
         events = []
         if start_event is not None:

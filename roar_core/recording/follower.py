@@ -365,9 +365,11 @@ class Follower:
             try:
                 for _, entry, task in tasks:
                     task.captured = self._captured(entry, task)
-                recorded = self.roar.writer.record_many([task for _, _, task in tasks],
-                                                          before_commit=self._stage,
-                                                          answer=self._answer_early)
+                # (Without producers waiting for early answers, no answer is made: a big
+                # task's output datasets are then made while its rows are written.)
+                recorded = self.roar.writer.record_many(
+                    [task for _, _, task in tasks], before_commit=self._stage,
+                    answer=self._answer_early if self._early else None)
                 self._unstage()
             except Exception as e:  # nothing of them stored: one by one, to lose none
                 log.info("roar: %d tasks not recorded at once (%s); one by one",
@@ -652,7 +654,7 @@ class Follower:
                 result = self.roar.writer.record(
                     task.meta, task.outcome, task.records, captured=task.captured,
                     start=task.start, before_commit=lambda ev: self._stage([(run_id, ev)]),
-                    answer=self._answer_early)
+                    answer=self._answer_early if self._early else None)
                 self._unstage()
             except StoreError:
                 # Its START may be stored already: by a follower that died before marking

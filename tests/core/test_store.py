@@ -550,9 +550,10 @@ def test_a_batch_is_one_commit_seen_by_its_own_readers_and_all_or_nothing(
 def test_a_big_task_in_a_batch_is_written_beside_its_caller_and_fails_the_batch_with_it(
         store: Store, where: Where, monkeypatch: pytest.MonkeyPatch) -> None:
     """A task of thousands of files recorded in a batch has its rows written on the store's
-    helper thread while the caller goes on (building its events): the batch's own reads
-    and its commit wait for them, the rows are those a plain recording writes, and a
-    failure of theirs fails the batch, which then stores nothing."""
+    helper thread while the caller goes on (making its accesses' records, then its events):
+    its versions' rows, then its accesses'.  The batch's own reads and its commit wait for
+    them, the rows are those a plain recording writes, and a failure of either fails the
+    batch, which then stores nothing."""
     import threading
 
     n = 1200
@@ -561,18 +562,22 @@ def test_a_big_task_in_a_batch_is_written_beside_its_caller_and_fails_the_batch_
                 + [Access(f"/out/{i:05d}", "output", digest(10**6 + i), size=i, mtime_ns=i)
                    for i in range(n // 2)])
     writers: set[int] = set()
+    versions: set[int] = set()
 
     def seen(conn, cursor, statement, params, context, executemany) -> None:
         if statement.startswith("INSERT INTO accesses"):
             writers.add(threading.get_ident())
+        elif statement.startswith("INSERT INTO file_versions"):
+            versions.add(threading.get_ident())
 
     event.listen(store._engine, "before_cursor_execute", seen)
     try:
         plain = str(uuid.uuid4())
         store.finish_task_run(plain, "COMPLETE", T0 + timedelta(minutes=1), accesses=accesses,
                               started=TaskRun(plain, "cli", "test", "plain", T0))
-        assert writers == {threading.get_ident()}  # outside a batch: written here
+        assert writers == versions == {threading.get_ident()}  # outside a batch: here
         writers.clear()
+        versions.clear()
         other = where.open()
         try:
             with store.batch():
@@ -584,6 +589,7 @@ def test_a_big_task_in_a_batch_is_written_beside_its_caller_and_fails_the_batch_
                 assert len(store.accesses_of(big)) == n  # its own reads wait for the rows
                 assert other.task_run(big) is None  # not committed yet
             assert writers and threading.get_ident() not in writers  # the helper wrote them
+            assert versions == writers
             assert other.task_run(big).status == "COMPLETE"
         finally:
             other.close()
@@ -602,10 +608,13 @@ def test_a_big_task_in_a_batch_is_written_beside_its_caller_and_fails_the_batch_
 
         raise OperationalError("INSERT", {}, Exception("disk I/O error"))
 
-    monkeypatch.setattr(store_module._ACCESS, "run", broken)
-    failed = str(uuid.uuid4())
-    with pytest.raises(StoreError, match="disk I/O error"), store.batch():
-        store.finish_task_run(failed, "COMPLETE", T0 + timedelta(minutes=5),
-                              accesses=accesses,
-                              started=TaskRun(failed, "cli", "test", "failed", T0))
-    assert store.task_run(failed) is None  # nothing of the failed batch
+    for statement in (store_module._ACCESS, store_module._PRODUCED_VERSION):
+        with monkeypatch.context() as m:
+            m.setattr(statement, "run", broken)
+            failed = str(uuid.uuid4())
+            with pytest.raises(StoreError, match="disk I/O error"), store.batch():
+                store.finish_task_run(failed, "COMPLETE", T0 + timedelta(minutes=5),
+                                      accesses=accesses,
+                                      started=TaskRun(failed, "cli", "test", "failed", T0))
+            assert store.task_run(failed) is None  # nothing of the failed batch
+            assert not store.accesses_of(failed)
