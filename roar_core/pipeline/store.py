@@ -307,7 +307,7 @@ class Store:
         self._writer = writer
         self._where = where
         self._batch = threading.local()  # .conn: this thread's open batch, if any
-        # (.writing: a batch's rows being written on the helper thread, see `_write_later`)
+        # (.writing: a batch's writes queued on the helper thread, see `_write_later`)
         self._helper: ThreadPoolExecutor | None = None
         self._helper_pid = 0
 
