@@ -238,7 +238,7 @@ AT_END, AT_OPEN = 1, 2
 
 
 def to_dict(c: Capture) -> dict[str, Any]:
-    """JSON-ready (a journal line, a file)."""
+    """JSON-ready (a task log's end line, a file)."""
     io = c.io
     data: dict[str, Any] = {k: [_access(a) for a in getattr(io, k)] for k in _LISTS}
     data["f"] = FORMAT
