@@ -19,8 +19,9 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -28,7 +29,11 @@ from roar_core.pipeline import declared as declared_mod
 from roar_core.pipeline.classification import FileAccess, PathFilter, TaskIO, classify
 from roar_core.pipeline.objects import ObjectVersion
 from roar_core.pipeline.statcache import FileState
-from roar_core.pipeline.tracelog import Record
+from roar_core.pipeline.tracelog import OP, RF_MODIFIED, Record
+
+OP_OPEN, OP_CLOSE = OP["open"], OP["close"]
+O_ACCMODE, O_RDONLY = os.O_ACCMODE, os.O_RDONLY
+O_TMPFILE = getattr(os, "O_TMPFILE", 0o20200000)
 
 if TYPE_CHECKING:  # imported when there are files to hash: blake3 and the native hasher
     from roar_core.pipeline.hashing import Hasher, HashResult
@@ -82,21 +87,35 @@ def classified(records: Iterable[Record], keep: PathFilter, *,
 
 
 def versions(io: TaskIO, hasher: Hasher, settle: bool = True,
-             progress: Callable[[int, int], None] | None = None) -> Capture:
+             progress: Callable[[int, int], None] | None = None,
+             early: Mapping[bytes, HashResult] | None = None) -> Capture:
     """The versions of the files in `io`, now (see the module docstring).  `settle`: the
     outputs' digests go into the stat cache, for the next tasks that open them (without:
-    the recorder's store finds them by size and mtime, later)."""
+    the recorder's store finds them by size and mtime, later).  `early`: outputs' digests
+    taken while the task ran (`EarlyDigests`), each used where the output's state now is
+    the one it was read at."""
     written = {a.path for a in io.outputs if a.obj is None}
     # Inputs the task itself rewrote: the version read is its state at open, never the
     # content now.  Every other file: hashed now, and checked against the state it had.
     # S3 objects come with their versions (s3trace), taken as the task read or sent them.
     read = [a for a in io.inputs if a.obj is None] + io.code
     outputs = [a for a in io.outputs if a.obj is None]
-    hashed = [a for a in read if a.path not in written] + outputs
+    confirmed: dict[bytes, HashResult] = {}
+    if early:
+        for a in outputs:
+            e = early.get(a.path)
+            if e is not None and a.state is not None and e.state == a.state:
+                confirmed[a.path] = e
+    hashed = [a for a in read if a.path not in written] + [
+        a for a in outputs if a.path not in confirmed]
     known = {a.path: a.state for a in hashed if a.state is not None}
     hashes = hasher.hash_files([a.path for a in hashed], progress, known=known,
                                written=written,
                                settled=written if settle else ()) if hashed else {}
+    if confirmed:
+        hashes.update(confirmed)
+        if settle:
+            hasher.remember(confirmed.values())
     out = Capture(io)
     for a in outputs:
         h = hashes.get(a.path)
@@ -163,6 +182,56 @@ def _opened_versions(read: list[FileAccess], hashes: dict[bytes, HashResult],
                        else GONE if a.state is None else CHANGED_AFTER_OPEN)
                 found[a.path] = Version(None, st.size, st, why)
     return found
+
+
+class EarlyDigests:
+    """Digests of the files a command writes, taken while it still runs, on the core it
+    leaves free (the CLI runner's tail thread: `seen` with each batch of records read, then
+    `hash_due`).  At the command's end `versions` uses one where the file's state is still
+    the one it was read at (the hasher keeps only digests whose file could not change
+    without changing its state) and hashes the rest: the same versions, fewer files read
+    between the command's end and the shell's next command.
+
+    The tracer logs no close of a file created or truncated, so a file is due as soon as
+    its open is read: one still being written changes its state and is hashed again at the
+    end.  Only small files: a big one being written would be read for nothing, and is
+    hashed at the speed of reading anyway."""
+
+    CHUNK = 256  # files per hashing call: the command's end waits for at most one
+    MAX_SIZE = 1 << 20
+
+    def __init__(self, make: Callable[[], tuple[PathFilter, Hasher]]) -> None:
+        self._make = make
+        # Made when a first file is due: a command that writes nothing never loads them.
+        self.keep: PathFilter | None = None
+        self.hasher: Hasher | None = None
+        self._due: dict[bytes, None] = {}  # opened for writing (or closed after a write)
+        self.found: dict[bytes, HashResult] = {}
+
+    def seen(self, records: Iterable[Record]) -> None:
+        new = self._due
+        for r in records:
+            op = r.op
+            if op == OP_OPEN:
+                flags = r.flags
+                if (flags & O_ACCMODE != O_RDONLY and flags & O_TMPFILE != O_TMPFILE
+                        and r.result >= 0 and not r.err and r.path.startswith(b"/")):
+                    new[r.path] = None
+            elif op == OP_CLOSE and r.rflags & RF_MODIFIED:
+                new[r.path] = None
+
+    def hash_due(self, stop: Callable[[], bool]) -> None:
+        while self._due and not stop():
+            if self.hasher is None:
+                self.keep, self.hasher = self._make()
+            paths = []
+            for p in list(islice(self._due, self.CHUNK)):
+                del self._due[p]
+                self.found.pop(p, None)  # opened for writing again: that digest is old
+                if self.keep.keep(p):
+                    paths.append(p)
+            for r in self.hasher.hash_early(paths, self.MAX_SIZE):
+                self.found[r.path] = r
 
 
 def taken_late(c: Capture, ended_ns: int) -> Capture:

@@ -9,10 +9,12 @@ read means the digest may mix two versions, so the file is hashed again, and rep
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import math
 import mmap
 import os
+import platform
 import stat
 import threading
 import time
@@ -48,6 +50,14 @@ _CHUNK = 8 * 1024 * 1024
 # the same ctime (timestamps advance by the kernel's 1-10 ms tick; kernels >= 6.13 refine this),
 # which no later stat could tell apart. Such digests are returned but never cached.
 RACY_WINDOW_NS = 100_000_000
+# File systems whose timestamps the kernel refines once read (multigrain timestamps, Linux
+# 6.13): after a stat has read a file's ctime, its next change gets a ctime of its own, even
+# within the same clock tick.  There a stat taken before a read and found again later proves
+# the content unchanged since the read, however recent the ctime; elsewhere only a ctime
+# older than RACY_WINDOW_NS at the read does.  (Measured here, ext4 and tmpfs, 6.18: a file
+# stat'ed, then rewritten with as many bytes at once, got the same ctime 0 times in 2,000.)
+_REFINED_FS = frozenset({"ext4", "xfs", "btrfs", "tmpfs"})
+_REFINED_SINCE = (6, 13)
 # O_NONBLOCK: should a FIFO replace the file between stat and open, open() must not hang.
 _OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
 
@@ -67,6 +77,35 @@ def _regular_state(path: Path) -> FileState | None:
     except (OSError, ValueError):  # ValueError: embedded NUL in the path
         return None
     return FileState.of(st) if stat.S_ISREG(st.st_mode) else None
+
+
+@functools.lru_cache(maxsize=1)
+def refined_devices() -> frozenset[int]:
+    """The devices (st_dev) mounted now whose file system refines timestamps once read
+    (see _REFINED_FS); none on an older kernel or where the mount table cannot be read.
+    A device mounted later is not among them: its files get the stricter rule."""
+    try:
+        kernel = tuple(int(x) for x in platform.release().split("-")[0].split(".")[:2])
+    except ValueError:
+        return frozenset()
+    if kernel < _REFINED_SINCE:
+        return frozenset()
+    found = set()
+    try:
+        with open("/proc/self/mountinfo", "rb") as f:
+            for line in f:
+                # id parent major:minor root mountpoint options [optional...] - fstype ...
+                fields = line.split()
+                try:
+                    fstype = fields[fields.index(b"-") + 1].decode()
+                    major, minor = fields[2].split(b":")
+                except (ValueError, IndexError):
+                    continue
+                if fstype in _REFINED_FS:
+                    found.add(os.makedev(int(major), int(minor)))
+    except OSError:
+        return frozenset()
+    return frozenset(found)
 
 
 def _digest_fd(
@@ -277,6 +316,30 @@ class Hasher:
                 collect(future.result())
         self._store(fresh)
         return results
+
+    def hash_early(self, paths: list[Path], max_size: int) -> list[HashResult]:
+        """Digests of files a running task has finished writing, hashed in this thread
+        (one core: the task has the other), each with the state it was read at; kept only
+        where no later change of the file can leave that state as it is (its ctime was old
+        enough at the read, or its file system refines timestamps once read and the state
+        was read before the content).  A state found again at the task's end then stands
+        for the content the task left.  Files gone, changing, unreadable or of more than
+        `max_size` bytes are left out."""
+        before = {p: s for p in paths
+                  if (s := _regular_state(p)) is not None and s.size <= max_size}
+        if not before:
+            return []
+        todo = list(before)
+        batch = self._native_batch(len(todo))
+        rows = (self._hash_native(batch, todo, before) if batch is not None
+                else self._hash_many(todo, before))
+        refined = refined_devices()
+        return [r for _, r, settled in rows
+                if r is not None and r.stable and (settled or r.state.dev in refined)]
+
+    def remember(self, results: Iterable[HashResult]) -> None:
+        """Put digests taken earlier (`hash_early`'s, confirmed since) in the stat cache."""
+        self._store([(r.state, r.digest) for r in results])
 
     def _lookup(self, states: list[FileState | None]) -> list[str | None]:
         hits: list[str | None] = [None] * len(states)

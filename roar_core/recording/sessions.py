@@ -25,6 +25,10 @@ from roar_core.config import Config
 from roar_core.pipeline import tracelog, tracer
 from roar_core.pipeline.attribution import Context, TaskEvents, attribute
 
+TYPE_CHECKING = False  # not typing's (see roar_core.slotted)
+if TYPE_CHECKING:
+    from roar_core.pipeline.capture import EarlyDigests
+
 
 def new_session_dir(config: Config, name: str | None = None, *,
                     in_memory: bool = False) -> Path:
@@ -373,13 +377,15 @@ class SessionCollector:
                     grew = True
         return [p for p in paths if p in self._mine]
 
-    def collect(self, settle: bool = False, live: bool = False) -> int:
+    def collect(self, settle: bool = False, live: bool = False,
+                seen: Callable[[list[tracelog.Record]], None] | None = None) -> int:
         """Read what the logs hold now.  `settle`: the session's command has ended, so a
         log first seen now is read to its end too when its process is gone (a record it
         left half-written counts as dropped), as read_session would.  `live`: processes
         may be starting: a log without its header yet is looked at again next time
         instead of being reported as unreadable (the shim creates it, then writes it).
-        Returns how many records it read."""
+        `seen`: called with each log's new records, as read.  Returns how many records it
+        read."""
         with self._lock:
             logs = []
             if self._tree is None:
@@ -419,6 +425,8 @@ class SessionCollector:
                             dropped=max(0, total - self._charged.get(path, 0)))
                         self._charged[path] = total
                     logs.append(log)
+                    if seen is not None and log.records:
+                        seen(log.records)
             for tag, events in attribute(logs, context=self._context).items():
                 self._pending[tag].extend(events.records)
                 self._dropped[tag] += events.dropped
@@ -544,11 +552,13 @@ def _wait_forwarding(proc: subprocess.Popen) -> int:
 
 
 def run_traced(argv: list[str], session_dir: Path | None, tag: str | None,
-               cwd: Path | None = None, *, tail: SessionCollector | None = None) -> int:
+               cwd: Path | None = None, *, tail: SessionCollector | None = None,
+               early: EarlyDigests | None = None) -> int:
     """Run argv (traced when session_dir is given) and return its status the way
     subprocess does: >= 0 exit code, < 0 the signal that killed it.  `tail`: a collector
     of the session, kept reading the logs while the command runs (on the core it leaves
-    free), so that little is left to read once it has ended.
+    free), so that little is left to read once it has ended; `early`: fed the records it
+    reads, and hashing the files closed after a write meanwhile.
 
     The command inherits every descriptor we inherited (fd 3 of `cmd 3>f`, bash's
     `<(...)` pipes, make's jobserver); roar's own are close-on-exec."""
@@ -570,8 +580,8 @@ def run_traced(argv: list[str], session_dir: Path | None, tag: str | None,
     tailer = None
     try:
         if tail is not None and session_dir is not None:
-            tailer = threading.Thread(target=_tail, args=(tail, stop), name="roar-tail",
-                                      daemon=True)
+            tailer = threading.Thread(target=_tail, args=(tail, stop, early),
+                                      name="roar-tail", daemon=True)
             tailer.start()
         return _wait_forwarding(proc) if main else proc.wait()
     finally:
@@ -591,12 +601,23 @@ TAIL_INTERVAL = 0.01
 TAIL_INTERVAL_MAX = 0.25
 
 
-def _tail(collector: SessionCollector, stop: threading.Event) -> None:
+def _tail(collector: SessionCollector, stop: threading.Event,
+          early: EarlyDigests | None = None) -> None:
     tracer.ignore_this_thread()
     interval = TAIL_INTERVAL
-    while not stop.wait(interval):
+    seen = early.seen if early is not None else None
+    wait = interval
+    while not stop.wait(wait):
+        began = time.monotonic()
         try:
-            found = collector.collect(live=True)
+            found = collector.collect(live=True, seen=seen)
         except Exception:  # noqa: BLE001 - the final read after the command reports it
             return
+        if early is not None:
+            try:
+                early.hash_due(stop.is_set)
+            except Exception:  # noqa: BLE001 - the command's end hashes what is left
+                early = seen = None
         interval = TAIL_INTERVAL if found else min(2 * interval, TAIL_INTERVAL_MAX)
+        # From the read's start: time spent hashing is not added to the pause.
+        wait = max(0.0, interval - (time.monotonic() - began))

@@ -618,3 +618,56 @@ def test_native_batch_runs_on_the_pool_in_chunks(tmp_path: Path, native_batch, m
     assert {p: r.digest for p, r in got.items()} == {p: b3(b"%d" % i)
                                                     for i, p in enumerate(files)}
     assert len(threads) > 2 and all(t.startswith("roar-hash") for t in threads), threads
+
+
+# ---- digests taken while the task runs (hash_early) -----------------------------------------
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_an_early_digest_is_kept_only_where_a_later_write_must_change_the_state(
+        tmp_path: Path, native: bool) -> None:
+    # A task's output hashed while the task runs, then rewritten at once with as many bytes:
+    # within one clock tick a kernel that does not refine timestamps gives the rewrite the
+    # same ctime, so the digest taken must not come back with a state that rewrite leaves.
+    hasher = Hasher(native=native)
+    files = [tmp_path / f"f{i}.txt" for i in range(64)]
+    kept = 0
+    for rnd in range(20):
+        for f in files:
+            f.write_bytes(b"a%05d" % rnd * 20)
+        results = hasher.hash_early([os.fsencode(f) for f in files], 1 << 20)
+        for f in files:
+            f.write_bytes(b"b%05d" % rnd * 20)
+        for r in results:
+            assert r.digest == b3(b"a%05d" % rnd * 20)
+            assert r.state != FileState.of(os.stat(r.path)), r.path
+        kept += len(results)
+    refined = os.stat(tmp_path).st_dev in hashing.refined_devices()
+    assert kept == (20 * len(files) if refined else 0)  # recent ctimes: trusted only there
+
+
+def test_without_refined_timestamps_an_early_digest_needs_an_old_ctime(
+        tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(hashing, "refined_devices", lambda: frozenset())
+    hasher = Hasher(racy_window_ns=50_000_000)
+    f = tmp_path / "out.txt"
+    f.write_bytes(b"left by the task")
+    assert hasher.hash_early([str(f)], 1 << 20) == []  # its ctime is within the window
+    os.utime(f, ns=(1, 1))  # mtime can be set; ctime only moves on: now, still recent
+    assert hasher.hash_early([str(f)], 1 << 20) == []
+    import time
+
+    time.sleep(0.08)
+    (r,) = hasher.hash_early([str(f)], 1 << 20)
+    assert (r.digest, r.size, r.stable) == (b3(b"left by the task"), 16, True)
+
+
+def test_early_digests_leave_out_big_missing_and_unreadable_files(tmp_path: Path) -> None:
+    hasher = Hasher()
+    small, big = tmp_path / "small", tmp_path / "big"
+    small.write_bytes(b"x" * 10)
+    big.write_bytes(b"x" * 2048)
+    (tmp_path / "dir").mkdir()
+    got = hasher.hash_early([str(small), str(big), str(tmp_path / "gone"),
+                             str(tmp_path / "dir")], 1024)
+    assert [r.path for r in got] in ([], [str(small)])  # [] where the ctime is not trusted

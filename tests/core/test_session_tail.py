@@ -25,8 +25,8 @@ class _Watched(SessionCollector):
         super().__init__(directory)
         self.held: list[int] = []
 
-    def collect(self, settle: bool = False, live: bool = False) -> int:
-        found = super().collect(settle, live)
+    def collect(self, settle: bool = False, live: bool = False, seen=None) -> int:
+        found = super().collect(settle, live, seen)
         self.held.append(sum(len(r) for r in self._pending.values()))
         return found
 
@@ -229,3 +229,43 @@ def test_a_worker_reading_its_tree_per_task_finds_each_new_childs_log(tmp_path: 
     for i in range(40):
         want = f"child{i}" if i % 3 == 2 else f"own{i}"
         assert found[f"t{i}"] == [want], (i, found[f"t{i}"])
+
+
+def test_outputs_hashed_while_the_command_runs_are_the_content_it_left(tmp_path: Path) -> None:
+    # The runner's tail hashes the files the command writes while it runs (EarlyDigests);
+    # at the end a digest stands only where the file's state is the one it was read at.
+    # The command rewrites some of them with as many bytes after they were hashed, right
+    # away (within a clock tick of each other), and deletes one: every output's digest is
+    # the content it left, the truth computed here from the bytes the script wrote.
+    _usable()
+    import blake3
+
+    from roar_core.pipeline import hashing
+    from roar_core.pipeline.capture import EarlyDigests, classified, versions
+    from roar_core.pipeline.classification import PathFilter
+
+    session = tmp_path / "s"
+    session.mkdir()
+    out = tmp_path / "out"
+    out.mkdir()
+    keep = PathFilter.build([session])
+    hasher = hashing.Hasher()
+    early = EarlyDigests(lambda: (keep, hasher))
+    script = ("for i in $(seq 1 40); do printf 'first-%02d' $i > f$i.txt; done; sleep 0.5; "
+              "for i in $(seq 1 10); do printf 'again-%02d' $i > f$i.txt; done; rm f40.txt")
+    collector = SessionCollector(session)
+    assert run_traced(["sh", "-c", script], session, "T", cwd=out, tail=collector,
+                      early=early) == 0
+    first = {os.path.basename(p): r.digest for p, r in early.found.items()}
+    if os.stat(out).st_dev in hashing.refined_devices():
+        # Read during the half-second pause: the first contents, all of them.
+        assert first == {f"f{i}.txt".encode(): blake3.blake3(b"first-%02d" % i).hexdigest()
+                         for i in range(1, 40)} | {b"f40.txt": blake3.blake3(
+                             b"first-40").hexdigest()}
+    records = collector.read_whole().events.records
+    taken = versions(classified(records, keep), hasher, early=early.found)
+    got = {os.path.basename(p): v.digest for p, v in taken.outputs.items()}
+    truth = {f"f{i}.txt".encode(): blake3.blake3(
+        (b"again-%02d" if i <= 10 else b"first-%02d") % i).hexdigest() for i in range(1, 40)}
+    assert got == truth
+    hasher.close()
