@@ -32,7 +32,7 @@ TYPE_CHECKING = False  # not typing's (see roar_core.slotted)
 if TYPE_CHECKING:  # imported when a run touched files: not on `roar-core run true`'s path
     from typing import Any
 
-    from roar_core.pipeline.capture import Capture, EarlyDigests
+    from roar_core.pipeline.capture import Capture, WhileRunning
     from roar_core.pipeline.classification import PathFilter
     from roar_core.pipeline.hashing import Hasher
 
@@ -237,10 +237,11 @@ def run(cfg: Config, argv: list[str], job_name: str | None = None, *,
         return Ran(_run_plain(argv), None)
     collector = SessionCollector(begun.own) if usable else None
     stat_cache = begun.directory == cfg.sessions_dir
-    early = _early_digests(cfg, stat_cache) if collector and wait and roar is None else None
+    running = (_while_running(cfg, stat_cache) if collector and wait and roar is None
+               else None)
     try:
         rc = run_traced(argv, begun.own if usable else None, begun.run_id,
-                        tail=collector if wait else None, early=early)
+                        tail=collector if wait else None, running=running)
     except OSError as e:  # e.g. command not found: answer like a shell (127/126)
         rc = 127 if isinstance(e, FileNotFoundError) else 126
         print(f"roar-core: {argv[0]}: {e.strerror}", file=sys.stderr)
@@ -248,10 +249,10 @@ def run(cfg: Config, argv: list[str], job_name: str | None = None, *,
     hasher = None
     if collector is not None:
         try:
-            whole = collector.read_whole()
+            whole = collector.read_whole(running.seen if running is not None else None)
             taken, hasher = capture_now(cfg, whole.events.records, roar,
                                         stat_cache=stat_cache, progress=progress,
-                                        early=early)
+                                        running=running)
             read = Given(whole, taken)
             if taken is not None:
                 from roar_core.pipeline.capture import to_dict
@@ -267,8 +268,8 @@ def run(cfg: Config, argv: list[str], job_name: str | None = None, *,
                          read=summary, wait=wait, short_answer=short_answer)
     if ended is not None:
         ended(begun)
-    if hasher is None and early is not None and early.hasher is not None:
-        hasher = early.hasher  # the end had nothing to hash: its cache is still held
+    if hasher is None and running is not None and running.hasher is not None:
+        hasher = running.hasher  # the end had nothing to hash: its cache is still held
     if hasher is not None:
         # The stat cache entries of the files hashed, written while the recorder reads the
         # end (5,000 files: ~10 ms), and before this returns: the next command of the shell
@@ -312,10 +313,10 @@ def _outcome(rc: int) -> tuple[str, str | None]:
     return "FAIL", how_it_ended(rc).replace("exit ", "exit code ", 1)
 
 
-def _early_digests(cfg: Config, stat_cache: bool) -> EarlyDigests:
-    """The outputs' digests, taken while the command runs, with the filter and hasher
-    `capture_now` would make (and then uses)."""
-    from roar_core.pipeline.capture import EarlyDigests
+def _while_running(cfg: Config, stat_cache: bool) -> WhileRunning:
+    """What is taken while the command runs, with the filter and hasher `capture_now`
+    would make (and then uses)."""
+    from roar_core.pipeline.capture import WhileRunning
 
     def make() -> tuple[PathFilter, Hasher]:
         from roar_core.pipeline import capture
@@ -325,19 +326,19 @@ def _early_digests(cfg: Config, stat_cache: bool) -> EarlyDigests:
         hasher.hold_cache()
         return PathFilter.for_config(cfg), hasher
 
-    return EarlyDigests(make)
+    return WhileRunning(make)
 
 
 def capture_now(cfg: Config, records: list, roar: Any = None, stat_cache: bool = True,
                 progress: Callable[[int, int], None] | None = None,
-                early: EarlyDigests | None = None
+                running: WhileRunning | None = None
                 ) -> tuple[Capture | None, Hasher | None]:
     """The run's file versions, taken now that its command has ended and before `roar-core
     run` returns to the shell: the next command may rewrite or delete them at once, and
     the recorder, running later, must record what this one left (roar_core.pipeline.capture).
     `roar`: with its hasher (and progress); else with one of `cfg`'s, its stat cache on disk
     unless `stat_cache=False` (the home cannot be written), returned holding the cache's
-    new entries: close it once the run's end is logged.  `early`: the digests taken while
+    new entries: close it once the run's end is logged.  `running`: what was taken while
     the command ran (its hasher is the one used and returned)."""
     from roar_core.pipeline.tracelog import LINEAGE_OPS
 
@@ -350,17 +351,17 @@ def capture_now(cfg: Config, records: list, roar: Any = None, stat_cache: bool =
         return capture.capture(records, rec.keep, rec.hasher, progress=rec.progress), None
     from roar_core.pipeline.classification import PathFilter
 
-    if early is not None and early.hasher is not None and early.keep is not None:
-        keep, hasher = early.keep, early.hasher
-    else:
-        hasher, keep = capture.hasher_for(cfg, stat_cache=stat_cache), PathFilter.for_config(cfg)
-        hasher.hold_cache()
+    if running is not None:  # its hasher: closed by run()
+        hasher = running.tools()[1]
+        return capture.versions(running.classified(records), hasher, progress=progress,
+                                early=running.found), hasher
+    hasher = capture.hasher_for(cfg, stat_cache=stat_cache)
+    hasher.hold_cache()
     try:
-        return capture.versions(capture.classified(records, keep), hasher, progress=progress,
-                                early=early.found if early is not None else None), hasher
+        return capture.capture(records, PathFilter.for_config(cfg), hasher,
+                               progress=progress), hasher
     except BaseException:
-        if early is None or hasher is not early.hasher:  # early's: closed by run()
-            hasher.close()
+        hasher.close()
         raise
 
 

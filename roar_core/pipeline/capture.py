@@ -26,7 +26,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from roar_core.pipeline import declared as declared_mod
-from roar_core.pipeline.classification import FileAccess, PathFilter, TaskIO, classify
+from roar_core.pipeline.classification import (
+    Classifier,
+    FileAccess,
+    PathFilter,
+    TaskIO,
+    classify,
+)
 from roar_core.pipeline.objects import ObjectVersion
 from roar_core.pipeline.statcache import FileState
 from roar_core.pipeline.tracelog import OP, RF_MODIFIED, Record
@@ -92,7 +98,7 @@ def versions(io: TaskIO, hasher: Hasher, settle: bool = True,
     """The versions of the files in `io`, now (see the module docstring).  `settle`: the
     outputs' digests go into the stat cache, for the next tasks that open them (without:
     the recorder's store finds them by size and mtime, later).  `early`: outputs' digests
-    taken while the task ran (`EarlyDigests`), each used where the output's state now is
+    taken while the task ran (`WhileRunning`), each used where the output's state now is
     the one it was read at."""
     written = {a.path for a in io.outputs if a.obj is None}
     # Inputs the task itself rewrote: the version read is its state at open, never the
@@ -184,54 +190,100 @@ def _opened_versions(read: list[FileAccess], hashes: dict[bytes, HashResult],
     return found
 
 
-class EarlyDigests:
-    """Digests of the files a command writes, taken while it still runs, on the core it
-    leaves free (the CLI runner's tail thread: `seen` with each batch of records read, then
-    `hash_due`).  At the command's end `versions` uses one where the file's state is still
-    the one it was read at (the hasher keeps only digests whose file could not change
-    without changing its state) and hashes the rest: the same versions, fewer files read
-    between the command's end and the shell's next command.
+class WhileRunning:
+    """What the CLI runner takes of its command while it runs, on the core the command
+    leaves free (its tail thread: `seen` with the records of each read of the logs, then
+    `work`): the records classified as they come (the loop of `Classifier`), and the
+    files written hashed early.  At the end `classified` finishes the classification
+    (one look at the file system, as always at the end) and `versions` uses an early
+    digest where the file's state is still the one it was read at: the same capture,
+    less to do between the command's end and the shell's next command.
 
-    The tracer logs no close of a file created or truncated, so a file is due as soon as
-    its open is read: one still being written changes its state and is hashed again at the
-    end.  Only small files: a big one being written would be read for nothing, and is
-    hashed at the speed of reading anyway."""
+    The classification fed so far is used only where it saw every record of the command
+    in the order `classify` would (time order, no tie between processes) and no path
+    became a symlink meanwhile; else the records are classified at once, at the end.
+
+    The tracer logs no close of a file created or truncated, so a file is due for hashing
+    as soon as its open is read: one still being written changes its state and is hashed
+    again at the end.  Only small files: a big one being written would be read for
+    nothing, and is hashed at the speed of reading anyway."""
 
     CHUNK = 256  # files per hashing call: the command's end waits for at most one
     MAX_SIZE = 1 << 20
 
     def __init__(self, make: Callable[[], tuple[PathFilter, Hasher]]) -> None:
         self._make = make
-        # Made when a first file is due: a command that writes nothing never loads them.
+        # Made when first needed: a command that writes nothing never loads the hasher.
         self.keep: PathFilter | None = None
         self.hasher: Hasher | None = None
+        self._classifier: Classifier | None = Classifier(deferred=True)
+        self._fed = 0
+        self._last: tuple[int, int] = (-1, -1)  # (mono_ns, pid) of the last record fed
         self._due: dict[bytes, None] = {}  # opened for writing (or closed after a write)
         self.found: dict[bytes, HashResult] = {}
 
-    def seen(self, records: Iterable[Record]) -> None:
-        new = self._due
+    def tools(self) -> tuple[PathFilter, Hasher]:
+        if self.keep is None or self.hasher is None:
+            self.keep, self.hasher = self._make()
+        return self.keep, self.hasher
+
+    def seen(self, records: list[Record]) -> None:
+        if self._classifier is not None:
+            try:
+                self._feed(records)
+            except Exception:  # noqa: BLE001 - classified at once at the end instead
+                self._classifier = None
+        due = self._due
         for r in records:
             op = r.op
             if op == OP_OPEN:
                 flags = r.flags
                 if (flags & O_ACCMODE != O_RDONLY and flags & O_TMPFILE != O_TMPFILE
                         and r.result >= 0 and not r.err and r.path.startswith(b"/")):
-                    new[r.path] = None
+                    due[r.path] = None
             elif op == OP_CLOSE and r.rflags & RF_MODIFIED:
-                new[r.path] = None
+                due[r.path] = None
 
-    def hash_due(self, stop: Callable[[], bool]) -> None:
+    def _feed(self, records: list[Record]) -> None:
+        batch = sorted(records, key=_mono_ns)  # stable, as the end's sort of all of them
+        last_ns, last_pid = self._last
+        for r in batch:
+            ns = r.mono_ns
+            if ns < last_ns or (ns == last_ns and r.pid != last_pid):
+                self._classifier = None  # out of order, or a tie the end may order apart
+                return
+            last_ns, last_pid = ns, r.pid
+        self._last = (last_ns, last_pid)
+        assert self._classifier is not None
+        self._classifier.feed(batch)
+        self._fed += len(batch)
+
+    def work(self, stop: Callable[[], bool]) -> None:
+        """Hash the files due, a chunk at a time, until `stop()`."""
         while self._due and not stop():
-            if self.hasher is None:
-                self.keep, self.hasher = self._make()
+            keep, hasher = self.tools()
             paths = []
             for p in list(islice(self._due, self.CHUNK)):
                 del self._due[p]
                 self.found.pop(p, None)  # opened for writing again: that digest is old
-                if self.keep.keep(p):
+                if keep.keep(p):
                     paths.append(p)
-            for r in self.hasher.hash_early(paths, self.MAX_SIZE):
+            for r in hasher.hash_early(paths, self.MAX_SIZE):
                 self.found[r.path] = r
+
+    def classified(self, records: list[Record]) -> TaskIO:
+        """The command's files as it left them, from all its `records` (time-ordered)."""
+        keep = self.tools()[0]
+        c = self._classifier
+        if c is not None and self._fed == len(records):
+            io = c.finish(keep)
+            if io is not None:
+                return io
+        return classify(records, keep)
+
+
+def _mono_ns(r: Record) -> int:
+    return r.mono_ns
 
 
 def taken_late(c: Capture, ended_ns: int) -> Capture:

@@ -219,9 +219,14 @@ class _State:
 
 class _Resolver:
     """normpath + symlink resolution with a per-directory cache (tasks touch many files in
-    few directories).  Maps a raw path to (resolved path, normalised path)."""
+    few directories).  Maps a raw path to (resolved path, normalised path).
 
-    def __init__(self) -> None:
+    `deferred`: for records read while the task still runs, the file itself is not looked
+    at (its state then is not the one at the end): a path is its real directory + its name,
+    and `Classifier.finish` tells whether that name became a symlink."""
+
+    def __init__(self, deferred: bool = False) -> None:
+        self.deferred = deferred
         self._dirs: dict[bytes, bytes] = {}
         self._paths: dict[bytes, tuple[bytes, bytes]] = {}  # a file is opened, closed, reopened
         # lstat results of resolved non-symlinks.  Classification runs after the task has
@@ -245,6 +250,8 @@ class _Resolver:
         if real_head is None:
             real_head = self._dirs[head] = os.path.join(os.path.realpath(head), b"")
         full = real_head + tail
+        if self.deferred:
+            return full, path
         try:
             st = os.lstat(full)
         except OSError:
@@ -253,6 +260,12 @@ class _Resolver:
             return os.path.realpath(full), path
         self.stats[full] = st
         return full, path
+
+    def dirs_moved(self) -> bool:
+        """Whether a directory resolved earlier resolves elsewhere now (a symlink made or
+        changed since): what was resolved then is not what the end would resolve."""
+        return any(os.path.join(os.path.realpath(head), b"") != real
+                   for head, real in self._dirs.items())
 
 
 _MISSING = _State()
@@ -269,169 +282,201 @@ def classify(records: Iterable[Record], keep: PathFilter,
     """Classify one task's records (time-ordered).  Looks at the file system once at the
     end (existence, final stat), so call it right after the task ends.  `code`: resolved
     paths the engine names as the task's code (read, they are code, not inputs)."""
-    resolve = _Resolver()
-    code_paths = frozenset(code)
-    states: dict[bytes, _State] = {}
-    # raw path -> its state: a file is opened, closed and reopened under one name, so most
-    # records cost one lookup here (this loop runs for every record of a task).
-    by_raw: dict[bytes, _State | None] = {}
-    object_records: list[Record] = []
-    io = TaskIO()
+    c = Classifier()
+    c.feed(records)
+    io = c.finish(keep, code)
+    assert io is not None  # only a deferred classifier declines
+    return io
 
-    def state(raw: bytes, ns: int) -> _State | None:
-        s = by_raw.get(raw, _MISSING)
+
+class Classifier:
+    """`classify` in steps: `feed` the task's records in time order, in one batch or many,
+    then `finish` once it has ended.  `deferred`: fed while the task still runs (the CLI
+    runner's tail), so the file system is looked at only in `finish`, which returns None
+    where a file or directory became a symlink meanwhile: classify the records at once then
+    (the one-batch form resolves each path as the end finds it)."""
+
+    def __init__(self, deferred: bool = False) -> None:
+        self.resolve = _Resolver(deferred)
+        self.states: dict[bytes, _State] = {}
+        # raw path -> its state: a file is opened, closed and reopened under one name, so
+        # most records cost one lookup here (this loop runs for every record of a task).
+        self.by_raw: dict[bytes, _State | None] = {}
+        self.object_records: list[Record] = []
+        self.io = TaskIO()
+
+    def _state(self, raw: bytes, ns: int) -> _State | None:
+        s = self.by_raw.get(raw, _MISSING)
         if s is not _MISSING:
             return s
         if not raw.startswith(b"/"):
             s = None  # relative to an unknown directory: cannot be placed
         else:
-            real, norm = resolve(raw)
-            s = states.get(real)
+            real, norm = self.resolve(raw)
+            s = self.states.get(real)
             if s is None:
-                s = states[real] = _State(first_ns=ns)
+                s = self.states[real] = _State(first_ns=ns)
             if norm != real:
                 if s.via is None:
                     s.via = set()
                 s.via.add(norm)
-        by_raw[raw] = s
+        self.by_raw[raw] = s
         return s
 
-    for r in records:
-        op = r.op
-        if op in _COMMAND_OPS:
-            argv = r.argv
-            if argv and op != OP_START:
-                io.commands.append([shown(a) for a in argv])
-            if r.path and op != OP_START and r.rflags & RF_UNTRACEABLE:
-                io.untraceable.append(shown(r.path))
-            continue
-        if op == OP_OBJECT:
-            object_records.append(r)
-            continue
-        path = r.path
-        if r.err or r.result < 0 or not path:
-            continue
-        if op == OP_OPEN:
-            flags = r.flags
-            if flags & O_TMPFILE == O_TMPFILE:
+    def feed(self, records: Iterable[Record]) -> None:
+        state, by_raw, io = self._state, self.by_raw, self.io
+        object_records = self.object_records
+        for r in records:
+            op = r.op
+            if op in _COMMAND_OPS:
+                argv = r.argv
+                if argv and op != OP_START:
+                    io.commands.append([shown(a) for a in argv])
+                if r.path and op != OP_START and r.rflags & RF_UNTRACEABLE:
+                    io.untraceable.append(shown(r.path))
                 continue
-            s = by_raw.get(path, _MISSING)  # state(), inlined for the common case
-            if s is _MISSING:
-                s = state(path, r.mono_ns)
-            if s is None:
+            if op == OP_OBJECT:
+                object_records.append(r)
                 continue
-            if flags & O_DIRECTORY:
-                s.directory = True
+            path = r.path
+            if r.err or r.result < 0 or not path:
                 continue
-            acc = flags & O_ACCMODE
-            if acc == O_RDONLY:
-                if not (s.written or s.created):
-                    s.read_first = True
-                    if s.existed is None:
-                        s.existed = True
-                    if s.pre_state is None and r.rflags & RF_STAT:
-                        s.pre_state = _stat_of(r)  # the version the task opened
-                continue
-            existed = r.rflags & RF_EXISTED
-            if existed:
-                if s.existed is None:
-                    s.existed = True
-                if acc == O_RDWR and not (flags & O_TRUNC) and not (s.written or s.created):
-                    s.read_first = True
-                if s.pre_state is None and not (s.written or s.created):
-                    s.pre_state = _stat_of(r)
-            elif flags & O_CREAT:
-                if s.existed is None:
-                    s.existed = False
-                s.created = True
-            s.removed = False
-            if flags & O_TRUNC or not existed:
-                s.written = True
-            elif r.rflags & RF_STAT:
-                if s.baselines is None:
-                    s.baselines = []
-                s.baselines.append((r.st_size, r.st_mtime_ns, r.st_ctime_ns))
-        elif op == OP_CLOSE:
-            if r.rflags & RF_MODIFIED:
-                s = by_raw.get(path, _MISSING)
+            if op == OP_OPEN:
+                flags = r.flags
+                if flags & O_TMPFILE == O_TMPFILE:
+                    continue
+                s = by_raw.get(path, _MISSING)  # state(), inlined for the common case
                 if s is _MISSING:
                     s = state(path, r.mono_ns)
-                if s is not None:
+                if s is None:
+                    continue
+                if flags & O_DIRECTORY:
+                    s.directory = True
+                    continue
+                acc = flags & O_ACCMODE
+                if acc == O_RDONLY:
+                    if not (s.written or s.created):
+                        s.read_first = True
+                        if s.existed is None:
+                            s.existed = True
+                        if s.pre_state is None and r.rflags & RF_STAT:
+                            s.pre_state = _stat_of(r)  # the version the task opened
+                    continue
+                existed = r.rflags & RF_EXISTED
+                if existed:
+                    if s.existed is None:
+                        s.existed = True
+                    if (acc == O_RDWR and not (flags & O_TRUNC)
+                            and not (s.written or s.created)):
+                        s.read_first = True
+                    if s.pre_state is None and not (s.written or s.created):
+                        s.pre_state = _stat_of(r)
+                elif flags & O_CREAT:
+                    if s.existed is None:
+                        s.existed = False
+                    s.created = True
+                s.removed = False
+                if flags & O_TRUNC or not existed:
                     s.written = True
-        elif op == OP_RENAME or op == OP_LINK:
-            src, d = state(r.path, r.mono_ns), state(r.path2, r.mono_ns)
-            if d:
-                d.written, d.removed = True, False
-                if d.existed is None:
-                    d.existed = False
-                d.created = d.created or not d.existed
-            if src and op == OP_RENAME:
-                if src.existed is None:
-                    src.existed = not (src.created or src.written)
-                src.removed = True
-        elif op == OP_UNLINK:
-            if s := state(r.path, r.mono_ns):
-                if s.existed is None:
-                    s.existed = True
-                s.removed = True
-        elif op == OP_TRUNCATE:
-            if s := state(r.path, r.mono_ns):
-                if s.existed is None:
-                    s.existed = True
-                s.written, s.removed = True, False
-        elif op == OP_MKDIR or op == OP_RMDIR:
-            # A directory, even when it is gone by the end (a temp dir removed with
-            # shutil.rmtree, which opens it without O_DIRECTORY): never a file.
-            if s := state(r.path, r.mono_ns):
-                s.directory = True
+                elif r.rflags & RF_STAT:
+                    if s.baselines is None:
+                        s.baselines = []
+                    s.baselines.append((r.st_size, r.st_mtime_ns, r.st_ctime_ns))
+            elif op == OP_CLOSE:
+                if r.rflags & RF_MODIFIED:
+                    s = by_raw.get(path, _MISSING)
+                    if s is _MISSING:
+                        s = state(path, r.mono_ns)
+                    if s is not None:
+                        s.written = True
+            elif op == OP_RENAME or op == OP_LINK:
+                src, d = state(r.path, r.mono_ns), state(r.path2, r.mono_ns)
+                if d:
+                    d.written, d.removed = True, False
+                    if d.existed is None:
+                        d.existed = False
+                    d.created = d.created or not d.existed
+                if src and op == OP_RENAME:
+                    if src.existed is None:
+                        src.existed = not (src.created or src.written)
+                    src.removed = True
+            elif op == OP_UNLINK:
+                if s := state(r.path, r.mono_ns):
+                    if s.existed is None:
+                        s.existed = True
+                    s.removed = True
+            elif op == OP_TRUNCATE:
+                if s := state(r.path, r.mono_ns):
+                    if s.existed is None:
+                        s.existed = True
+                    s.written, s.removed = True, False
+            elif op == OP_MKDIR or op == OP_RMDIR:
+                # A directory, even when it is gone by the end (a temp dir removed with
+                # shutil.rmtree, which opens it without O_DIRECTORY): never a file.
+                if s := state(r.path, r.mono_ns):
+                    s.directory = True
 
-    for path, s in states.items():
-        if s.directory or not keep.keep(path):
-            continue
-        st = resolve.stats.get(path)
-        if st is None:
-            try:
-                st = os.stat(path)
-            except OSError:
-                st = None
-        exists, is_dir = st is not None, st is not None and stat.S_ISDIR(st.st_mode)
-        if is_dir:
-            continue
-        if not s.written and s.baselines and st is not None:
-            now = (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-            s.written = any(b != now for b in s.baselines)
-        via = sorted(display_name(v) for v in s.via if keep.keep(v)) if s.via else []
-        name = display_name(path)
-        final = FileState.of(st) if st is not None and stat.S_ISREG(st.st_mode) else None
-
-        existed = bool(s.existed)
-        is_input = s.read_first and s.existed is not False
-        if is_input:
-            # Code is what the task runs, not what it processes: scripts it read and
-            # never wrote go to the job's code facet.
-            if (path.endswith(CODE_SUFFIXES) or path in code_paths) and not s.written:
-                io.code.append(FileAccess(path, name, "code", via, None, s.first_ns, existed,
-                                          final))
+    def finish(self, keep: PathFilter, code: Iterable[bytes] = ()) -> TaskIO | None:
+        resolve, io = self.resolve, self.io
+        deferred = resolve.deferred
+        if deferred and resolve.dirs_moved():
+            return None
+        code_paths = frozenset(code)
+        for path, s in self.states.items():
+            if s.directory or not keep.keep(path):
                 continue
-            io.inputs.append(FileAccess(path, name, "input", via, s.pre_state, s.first_ns,
-                                        existed, final))
-        if s.written and exists and not s.removed:
-            io.outputs.append(FileAccess(path, name, "output", via, None, s.first_ns, existed,
-                                         final))
-        elif not exists and (s.removed or s.written or s.created):
-            if s.existed:
-                io.deleted.append(FileAccess(path, name, "deleted", via, None, s.first_ns,
+            if deferred:  # the end's look at the file: what resolving it would have seen
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    st = None
+                if st is not None and stat.S_ISLNK(st.st_mode):
+                    return None
+            else:
+                st = resolve.stats.get(path)
+                if st is None:
+                    try:
+                        st = os.stat(path)
+                    except OSError:
+                        st = None
+            exists, is_dir = st is not None, st is not None and stat.S_ISDIR(st.st_mode)
+            if is_dir:
+                continue
+            if not s.written and s.baselines and st is not None:
+                now = (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                s.written = any(b != now for b in s.baselines)
+            via = sorted(display_name(v) for v in s.via if keep.keep(v)) if s.via else []
+            name = display_name(path)
+            final = FileState.of(st) if st is not None and stat.S_ISREG(st.st_mode) else None
+
+            existed = bool(s.existed)
+            is_input = s.read_first and s.existed is not False
+            if is_input:
+                # Code is what the task runs, not what it processes: scripts it read and
+                # never wrote go to the job's code facet.
+                if (path.endswith(CODE_SUFFIXES) or path in code_paths) and not s.written:
+                    io.code.append(FileAccess(path, name, "code", via, None, s.first_ns,
+                                              existed, final))
+                    continue
+                io.inputs.append(FileAccess(path, name, "input", via, s.pre_state, s.first_ns,
+                                            existed, final))
+            if s.written and exists and not s.removed:
+                io.outputs.append(FileAccess(path, name, "output", via, None, s.first_ns,
                                              existed, final))
-            elif s.created or s.written:
-                io.transient.append(FileAccess(path, name, "transient", via, None, s.first_ns,
-                                               existed, final))
-    if object_records:
-        for uri, role, first_ns, existed, version in objects.classify(object_records):
-            getattr(io, _ROLE_LISTS[role]).append(FileAccess(
-                os.fsencode(uri), uri, role, [], None, first_ns, existed, None, version))
-    if io.commands:
-        io.unseen = objects.unseen_clients(io.commands)
-    return io
+            elif not exists and (s.removed or s.written or s.created):
+                if s.existed:
+                    io.deleted.append(FileAccess(path, name, "deleted", via, None, s.first_ns,
+                                                 existed, final))
+                elif s.created or s.written:
+                    io.transient.append(FileAccess(path, name, "transient", via, None,
+                                                   s.first_ns, existed, final))
+        if self.object_records:
+            for uri, role, first_ns, existed, version in objects.classify(self.object_records):
+                getattr(io, _ROLE_LISTS[role]).append(FileAccess(
+                    os.fsencode(uri), uri, role, [], None, first_ns, existed, None, version))
+        if io.commands:
+            io.unseen = objects.unseen_clients(io.commands)
+        return io
 
 
 _ROLE_LISTS = {"input": "inputs", "output": "outputs", "deleted": "deleted",

@@ -27,7 +27,7 @@ from roar_core.pipeline.attribution import Context, TaskEvents, attribute
 
 TYPE_CHECKING = False  # not typing's (see roar_core.slotted)
 if TYPE_CHECKING:
-    from roar_core.pipeline.capture import EarlyDigests
+    from roar_core.pipeline.capture import WhileRunning
 
 
 def new_session_dir(config: Config, name: str | None = None, *,
@@ -384,7 +384,7 @@ class SessionCollector:
         left half-written counts as dropped), as read_session would.  `live`: processes
         may be starting: a log without its header yet is looked at again next time
         instead of being reported as unreadable (the shim creates it, then writes it).
-        `seen`: called with each log's new records, as read.  Returns how many records it
+        `seen`: called with the records read (of all logs).  Returns how many records it
         read."""
         with self._lock:
             logs = []
@@ -425,8 +425,8 @@ class SessionCollector:
                             dropped=max(0, total - self._charged.get(path, 0)))
                         self._charged[path] = total
                     logs.append(log)
-                    if seen is not None and log.records:
-                        seen(log.records)
+            if seen is not None and logs:
+                seen([r for log in logs for r in log.records])
             for tag, events in attribute(logs, context=self._context).items():
                 self._pending[tag].extend(events.records)
                 self._dropped[tag] += events.dropped
@@ -451,11 +451,12 @@ class SessionCollector:
         """How many logs have been found and read so far."""
         return len(self._headers)
 
-    def read_whole(self) -> WholeSession:
+    def read_whole(self, seen: Callable[[list[tracelog.Record]], None] | None = None
+                   ) -> WholeSession:
         """What a session whose command has ended holds: every record, whatever its tag (a
         session that is one task's), how many logs were read and which could not be; then
-        the logs are let go."""
-        self.collect(settle=True)
+        the logs are let go.  `seen`: as `collect`'s."""
+        self.collect(settle=True, seen=seen)
         whole = WholeSession(self.take_all(), self.logs_read, list(self.errors))
         self.close()
         return whole
@@ -553,12 +554,12 @@ def _wait_forwarding(proc: subprocess.Popen) -> int:
 
 def run_traced(argv: list[str], session_dir: Path | None, tag: str | None,
                cwd: Path | None = None, *, tail: SessionCollector | None = None,
-               early: EarlyDigests | None = None) -> int:
+               running: WhileRunning | None = None) -> int:
     """Run argv (traced when session_dir is given) and return its status the way
     subprocess does: >= 0 exit code, < 0 the signal that killed it.  `tail`: a collector
     of the session, kept reading the logs while the command runs (on the core it leaves
-    free), so that little is left to read once it has ended; `early`: fed the records it
-    reads, and hashing the files closed after a write meanwhile.
+    free), so that little is left to read once it has ended; `running`: fed the records it
+    reads, and working on them meanwhile.
 
     The command inherits every descriptor we inherited (fd 3 of `cmd 3>f`, bash's
     `<(...)` pipes, make's jobserver); roar's own are close-on-exec."""
@@ -580,7 +581,7 @@ def run_traced(argv: list[str], session_dir: Path | None, tag: str | None,
     tailer = None
     try:
         if tail is not None and session_dir is not None:
-            tailer = threading.Thread(target=_tail, args=(tail, stop, early),
+            tailer = threading.Thread(target=_tail, args=(tail, stop, running),
                                       name="roar-tail", daemon=True)
             tailer.start()
         return _wait_forwarding(proc) if main else proc.wait()
@@ -602,10 +603,10 @@ TAIL_INTERVAL_MAX = 0.25
 
 
 def _tail(collector: SessionCollector, stop: threading.Event,
-          early: EarlyDigests | None = None) -> None:
+          running: WhileRunning | None = None) -> None:
     tracer.ignore_this_thread()
     interval = TAIL_INTERVAL
-    seen = early.seen if early is not None else None
+    seen = running.seen if running is not None else None
     wait = interval
     while not stop.wait(wait):
         began = time.monotonic()
@@ -613,11 +614,11 @@ def _tail(collector: SessionCollector, stop: threading.Event,
             found = collector.collect(live=True, seen=seen)
         except Exception:  # noqa: BLE001 - the final read after the command reports it
             return
-        if early is not None:
+        if running is not None:
             try:
-                early.hash_due(stop.is_set)
+                running.work(stop.is_set)
             except Exception:  # noqa: BLE001 - the command's end hashes what is left
-                early = seen = None
+                running = None
         interval = TAIL_INTERVAL if found else min(2 * interval, TAIL_INTERVAL_MAX)
         # From the read's start: time spent hashing is not added to the pause.
         wait = max(0.0, interval - (time.monotonic() - began))

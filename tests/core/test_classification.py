@@ -13,7 +13,7 @@ import pytest
 
 from roar_core.pipeline import tracelog, tracer
 from roar_core.pipeline.attribution import attribute
-from roar_core.pipeline.classification import PathFilter, TaskIO, classify
+from roar_core.pipeline.classification import Classifier, PathFilter, TaskIO, classify
 
 
 def traced_io(tmp_path: Path, script: str, keep: PathFilter | None = None,
@@ -32,7 +32,23 @@ def traced_io(tmp_path: Path, script: str, keep: PathFilter | None = None,
     assert p.returncode == 0, p.stderr
     tasks = attribute(tracelog.read_session(session).logs)
     assert set(tasks) == {"task"}
-    return classify(tasks["task"].records, keep or PathFilter.build([session])), work
+    keep = keep or PathFilter.build([session])
+    records = tasks["task"].records
+    io = classify(records, keep)
+    # Every case through the classifier the CLI runner feeds while its command runs, a
+    # few records at a time: the same classification, or None where a path it met is a
+    # symlink (the one-batch form is used then).
+    fed = Classifier(deferred=True)
+    for i in range(0, len(records), 3):
+        fed.feed(records[i : i + 3])
+    stepwise = fed.finish(keep)
+    assert stepwise == io or (stepwise is None and _symlink_met(records))
+    return io, work
+
+
+def _symlink_met(records) -> bool:
+    return any(os.path.islink(p) for r in records for p in (r.path, r.path2)
+               if p and p.startswith(b"/"))
 
 
 def names(accesses) -> list[str]:
@@ -282,3 +298,30 @@ def test_shell_start_up_files_are_environment_not_data(tmp_path, monkeypatch):
     assert {".profile", ".bashrc", "env"} <= opened  # bash did read them
     io = classify(records, PathFilter.build([session]))
     assert names(io.inputs) == ["data.txt", "notes.txt"] and not io.outputs
+
+
+def test_a_path_that_became_a_symlink_is_classified_as_the_end_finds_it(tmp_path):
+    # Fed while the command ran, a path was its directory's real path + its name; a name
+    # or a directory that is a symlink by the end is resolved by the one-batch form.
+    io, work = traced_io(tmp_path, """
+        import os
+        os.mkdir("d")
+        open("d/out.txt", "w").write("x")
+        open("plain.txt", "w").write("y")
+    """)
+    records = attribute(tracelog.read_session(tmp_path / "session").logs)["task"].records
+    keep = PathFilter.build([tmp_path / "session"])
+    fed = Classifier(deferred=True)
+    fed.feed(records)
+    (work / "target.txt").write_text("y")
+    os.replace(work / "plain.txt", work / "aside.txt")
+    os.symlink(work / "target.txt", work / "plain.txt")
+    assert fed.finish(keep) is None
+    assert "target.txt" in names(classify(records, keep).outputs)
+
+    fed = Classifier(deferred=True)
+    fed.feed(records)
+    os.replace(work / "d", work / "real-d")
+    os.symlink(work / "real-d", work / "d")
+    assert fed.finish(keep) is None
+    assert str(work / "real-d" / "out.txt") in [a.name for a in classify(records, keep).outputs]

@@ -241,7 +241,7 @@ def test_outputs_hashed_while_the_command_runs_are_the_content_it_left(tmp_path:
     import blake3
 
     from roar_core.pipeline import hashing
-    from roar_core.pipeline.capture import EarlyDigests, classified, versions
+    from roar_core.pipeline.capture import WhileRunning, versions
     from roar_core.pipeline.classification import PathFilter
 
     session = tmp_path / "s"
@@ -250,22 +250,52 @@ def test_outputs_hashed_while_the_command_runs_are_the_content_it_left(tmp_path:
     out.mkdir()
     keep = PathFilter.build([session])
     hasher = hashing.Hasher()
-    early = EarlyDigests(lambda: (keep, hasher))
+    running = WhileRunning(lambda: (keep, hasher))
     script = ("for i in $(seq 1 40); do printf 'first-%02d' $i > f$i.txt; done; sleep 0.5; "
               "for i in $(seq 1 10); do printf 'again-%02d' $i > f$i.txt; done; rm f40.txt")
     collector = SessionCollector(session)
     assert run_traced(["sh", "-c", script], session, "T", cwd=out, tail=collector,
-                      early=early) == 0
-    first = {os.path.basename(p): r.digest for p, r in early.found.items()}
+                      running=running) == 0
+    first = {os.path.basename(p): r.digest for p, r in running.found.items()}
     if os.stat(out).st_dev in hashing.refined_devices():
         # Read during the half-second pause: the first contents, all of them.
         assert first == {f"f{i}.txt".encode(): blake3.blake3(b"first-%02d" % i).hexdigest()
                          for i in range(1, 40)} | {b"f40.txt": blake3.blake3(
                              b"first-40").hexdigest()}
-    records = collector.read_whole().events.records
-    taken = versions(classified(records, keep), hasher, early=early.found)
+    records = collector.read_whole(running.seen).events.records
+    taken = versions(running.classified(records), hasher, early=running.found)
     got = {os.path.basename(p): v.digest for p, v in taken.outputs.items()}
     truth = {f"f{i}.txt".encode(): blake3.blake3(
         (b"again-%02d" if i <= 10 else b"first-%02d") % i).hexdigest() for i in range(1, 40)}
     assert got == truth
     hasher.close()
+
+
+def test_records_read_out_of_time_order_are_classified_at_once_at_the_end(
+        tmp_path: Path) -> None:
+    # Two processes' logs read apart: a later read may bring records older than those
+    # fed already.  Fed in that order, an input read before the file was rewritten would
+    # look like a file the task wrote first; the end classifies all records at once then.
+    _usable()
+    from roar_core.pipeline.attribution import attribute
+    from roar_core.pipeline.capture import WhileRunning
+    from roar_core.pipeline.classification import PathFilter, classify
+
+    session = tmp_path / "s"
+    session.mkdir()
+    (tmp_path / "data.txt").write_text("old\n")
+    env = tracer.preload_env(session, tag="T")
+    import subprocess
+
+    subprocess.run(["sh", "-c", "cat data.txt > copy.txt; echo new > data.txt"],
+                   cwd=tmp_path, env=env, check=True)
+    records = attribute(tracelog.read_session(session).logs)["T"].records
+    keep = PathFilter.build([session])
+    truth = classify(records, keep)
+    assert "data.txt" in {os.path.basename(a.name) for a in truth.inputs}
+    running = WhileRunning(lambda: (keep, None))  # type: ignore[arg-type]
+    cut = next(i for i, r in enumerate(records) if r.path.endswith(b"/data.txt")
+               and r.flags & os.O_ACCMODE != os.O_RDONLY)
+    running.seen(records[cut:])
+    running.seen(records[:cut])
+    assert running.classified(records) == truth
