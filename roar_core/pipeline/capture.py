@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import islice
@@ -208,7 +209,7 @@ class WhileRunning:
     again at the end.  Only small files: a big one being written would be read for
     nothing, and is hashed at the speed of reading anyway."""
 
-    CHUNK = 256  # files per hashing call: the command's end waits for at most one
+    CHUNK = 64  # files per hashing call: the command's end waits for at most one
     MAX_SIZE = 1 << 20
 
     def __init__(self, make: Callable[[], tuple[PathFilter, Hasher]]) -> None:
@@ -258,9 +259,11 @@ class WhileRunning:
         self._classifier.feed(batch)
         self._fed += len(batch)
 
-    def work(self, stop: Callable[[], bool]) -> None:
-        """Hash the files due, a chunk at a time, until `stop()`."""
-        while self._due and not stop():
+    def work(self, stop: Callable[[], bool], until: float) -> None:
+        """Hash the files due, a chunk at a time, until `stop()` or time.monotonic() reaches
+        `until`: the next records come first (each one left unread when the command ends
+        is read at its end; a file left unhashed is only hashed then)."""
+        while self._due and not stop() and time.monotonic() < until:
             keep, hasher = self.tools()
             paths = []
             for p in list(islice(self._due, self.CHUNK)):

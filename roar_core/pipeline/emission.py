@@ -211,11 +211,15 @@ class WorkflowLineage(_Lineage):
 
 def file_dataset(path: str, host: str | None = None) -> tuple[str, str]:
     """(namespace, name) of a local file: `file` (or `file://host` for non-shared disks)."""
-    if not path or not posixpath.isabs(path):
+    if not path or path[0] != "/":
         # A relative path would be resolved against *this* process's cwd, not the task's.
         raise ValueError(f"file dataset needs an absolute path, got {path!r}")
     namespace = f"file://{_nonempty(host, 'host')}" if host is not None else "file"
-    return namespace, posixpath.normpath(path)
+    # Nearly every path comes normal (classification normalised it): normpath only where
+    # it could change something (one call per file of a task).
+    if "/." in path or "//" in path or path.endswith("/"):
+        path = posixpath.normpath(path)
+    return namespace, path
 
 
 def dataset_of(uri: str, host: str | None = None) -> tuple[str, str]:

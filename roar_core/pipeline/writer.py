@@ -232,7 +232,7 @@ class LineageWriter:
                  unknown: str | None = None, object_version: str | None = None
                  ) -> emission.Dataset:
         ns, ds_name = emission.dataset_of(name, self.file_host)
-        symlinks = [emission.file_dataset(v, self.file_host) for v in via or []]
+        symlinks = [emission.file_dataset(v, self.file_host) for v in via] if via else []
         return emission.Dataset(ns, ds_name, digest=digest, size=size, symlinks=symlinks,
                                 lifecycle=lifecycle, unknown_version=unknown,
                                 object_version=object_version)

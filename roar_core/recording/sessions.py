@@ -614,11 +614,11 @@ def _tail(collector: SessionCollector, stop: threading.Event,
             found = collector.collect(live=True, seen=seen)
         except Exception:  # noqa: BLE001 - the final read after the command reports it
             return
+        interval = TAIL_INTERVAL if found else min(2 * interval, TAIL_INTERVAL_MAX)
         if running is not None:
             try:
-                running.work(stop.is_set)
+                running.work(stop.is_set, began + interval)
             except Exception:  # noqa: BLE001 - the command's end hashes what is left
                 running = None
-        interval = TAIL_INTERVAL if found else min(2 * interval, TAIL_INTERVAL_MAX)
         # From the read's start: time spent hashing is not added to the pause.
         wait = max(0.0, interval - (time.monotonic() - began))
