@@ -1,7 +1,7 @@
 """End-to-end cost of the core: `roar-core run` against the bare command (and `roar run`).
 
     python bench/bench_core.py [--reps 7] [--tmp DIR] [--roar-cli-venv V | env ROAR_CLI_VENV]
-                               [--files 0,1000,5000] [--no-hash]
+                               [--files 0,1000,5000] [--no-hash] [--recorder-up]
 
 1. Startup: `roar-core run -- true` vs `true`.  `roar-core run` exits when the command has
    ended and leaves the run to the recorder process; the time until that recorder has
@@ -10,9 +10,13 @@
 2. The N-file workload end to end (trace + classify + hash + store + spool): `roar-core
    run --wait` (records in-process before exiting) vs untraced, N = 0, 1,000, 5,000,
    a fresh data dir and a fresh ROAR_HOME per run (cold stat cache).  Per-file cost =
-   slope(traced) - slope(untraced).  `--wait` returns once the lineage is stored and
-   spooled; a backlog too big to send in a few ms goes to a background sender, whose
-   delivery time is reported apart ("delivered after", waited for untimed).
+   slope(traced) - slope(untraced).  The recorder starts as the command exits, while the
+   runner takes the versions: a big run's capture hides that start, N = 0's cannot, so
+   the slope leaves part of a fixed cost out.  `--recorder-up` also times each N with the
+   recorder already running (a run before, untimed): the slope without that start.
+   `--wait` returns once the lineage is stored and spooled; a backlog too big to send in a
+   few ms goes to a background sender, whose delivery time is reported apart ("delivered
+   after", waited for untimed).
 3. Hashing throughput on a 1 GiB page-cached file vs the blake3 package's best single
    call (bench_hashing.bench_big).
 4. With a roar-cli venv: `roar run true` and the N-file workload under `roar run`
@@ -138,7 +142,9 @@ def startup(args, base_env, peer, root: Path) -> dict[str, list[float]]:
 
 
 def files(args, base_env, peer, root: Path, workload: list[str]) -> dict[str, dict[int, list]]:
-    variants = ["untraced", "roar-core run --wait"] + (["roar run"] if peer else [])
+    variants = (["untraced", "roar-core run --wait"] + (["recorder up"] if args.recorder_up
+                                                         else [])
+                + (["roar run"] if peer else []))
     res: dict[str, dict[int, list[float]]] = {v: {n: [] for n in args.files}
                                               for v in [*variants, "delivered after"]}
     for rep in range(args.reps):
@@ -151,12 +157,18 @@ def files(args, base_env, peer, root: Path, workload: list[str]) -> dict[str, di
                 d.mkdir()
                 env = dict(base_env, ROAR_HOME=str(d / ".roar"))
                 cmd = [*workload, "files", str(n), str(d / "data")]
-                if v == "roar-core run --wait":
+                if v == "recorder up":
+                    # The home's recorder started and its store made by a run before, untimed
+                    # (it waits RECORDER_IDLE_S for the next): the steady state of a session.
+                    subprocess.run([ROAR_CORE, "run", "--wait", "--", "true"], env=env, cwd=d,
+                                   capture_output=True, check=True)
+                if v in ("roar-core run --wait", "recorder up"):
                     cmd = [ROAR_CORE, "run", "--wait", "--", *cmd]
                 elif v == "roar run":
                     cmd = peer_run(peer, cmd, env, d)
-                res[v][n].append(timed(cmd, env, d, n if v == "roar-core run --wait" else None))
-                if v == "roar-core run --wait":
+                ours = v in ("roar-core run --wait", "recorder up")
+                res[v][n].append(timed(cmd, env, d, n if ours else None))
+                if ours:
                     # Not part of the timed run, and never overlapping the next one.
                     res["delivered after"][n].append(wait_delivered(d / ".roar"))
                 shutil.rmtree(d, ignore_errors=True)
@@ -171,6 +183,10 @@ def main() -> int:
     ap.add_argument("--roar-cli-venv", default=os.environ.get("ROAR_CLI_VENV"))
     ap.add_argument("--files", default="0,1000,5000")
     ap.add_argument("--no-hash", action="store_true", help="skip the 1 GiB hashing bench")
+    ap.add_argument("--recorder-up", action="store_true",
+                    help="also time each N with the home's recorder already running (a run "
+                    "before it, untimed): per file without the recorder's start, which a big "
+                    "run's capture hides and a small one's cannot")
     ap.add_argument("--peer-max-files", type=int, default=1000)
     ap.add_argument("--peer-reps", type=int, default=1)
     ap.add_argument("--json", help="also write the raw numbers here (for bench/report)")
@@ -230,15 +246,18 @@ def main() -> int:
               "(limit 50)")
         # The same difference within each rep (its four runs ran minutes apart at most):
         # how much the figure above moves with the machine's drift.
-        v = "roar-core run --wait"
-        paired = sorted((fr[v][big][i] - fr["untraced"][big][i] - fr[v][0][i]
-                         + fr["untraced"][0][i]) / big
-                        for i in range(min(len(fr[v][big]), len(fr[v][0]))))
-        if len(paired) >= 3:
-            q = statistics.quantiles(paired, n=4)
-            print(f"     per rep: median {1e6 * statistics.median(paired):.1f}, quartiles "
-                  f"{1e6 * q[0]:.1f}-{1e6 * q[2]:.1f}, range {1e6 * paired[0]:.1f}-"
-                  f"{1e6 * paired[-1]:.1f} µs/file ({len(paired)} reps)")
+        for v in ("roar-core run --wait", "recorder up"):
+            if v not in fr:
+                continue
+            paired = sorted((fr[v][big][i] - fr["untraced"][big][i] - fr[v][0][i]
+                             + fr["untraced"][0][i]) / big
+                            for i in range(min(len(fr[v][big]), len(fr[v][0]))))
+            if len(paired) >= 3:
+                q = statistics.quantiles(paired, n=4)
+                print(f"     {v}, per rep: median {1e6 * statistics.median(paired):.1f}, "
+                      f"quartiles {1e6 * q[0]:.1f}-{1e6 * q[2]:.1f}, range "
+                      f"{1e6 * paired[0]:.1f}-{1e6 * paired[-1]:.1f} µs/file "
+                      f"({len(paired)} reps)")
 
         ms = lambda xs: [1e3 * x for x in xs]  # noqa: E731
         results.write(args.json, "core", "roar-core run, one command", [

@@ -220,13 +220,16 @@ class Ran(Slotted):
 def run(cfg: Config, argv: list[str], job_name: str | None = None, *,
         roar: Any = None, wait: bool = False, short_answer: bool = False,
         progress: Callable[[int, int], None] | None = None,
+        exited: Callable[[Begun], None] | None = None,
         ended: Callable[[Begun], None] | None = None) -> Ran:
     """Run argv traced and log its begin and end.  `wait`: someone waits for the run to be
     recorded (`answer`): its logs are read while it runs, and its end asks for the
     recorder's answer (`short_answer`: listing a few files of each kind, with counts);
     `roar`: that someone may record it in this process, its files are hashed with roar's
-    hasher; `progress`: of the hashing, without one; `ended(begun)`: called once its end is
-    written, or could not be (to start the recorder), before the stat cache is written."""
+    hasher; `progress`: of the hashing, without one; `exited(begun)`: called as soon as the
+    command has exited, before its versions are taken (a recorder started then starts up
+    meanwhile); `ended(begun)`: called once its end is written, or could not be (to start
+    the recorder), before the stat cache is written."""
     wait = wait or roar is not None
     usable, reason = tracer_usable(cfg)
     try:
@@ -245,6 +248,8 @@ def run(cfg: Config, argv: list[str], job_name: str | None = None, *,
     except OSError as e:  # e.g. command not found: answer like a shell (127/126)
         rc = 127 if isinstance(e, FileNotFoundError) else 126
         print(f"roar-core: {argv[0]}: {e.strerror}", file=sys.stderr)
+    if exited is not None:
+        exited(begun)
     read = captured = summary = None
     hasher = None
     if collector is not None:

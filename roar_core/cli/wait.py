@@ -150,6 +150,7 @@ def run_and_record(cfg: config_mod.Config, argv: list[str], job_name: str | None
     from roar_core.cli.commands import CliError
     from roar_core.cli.run import (
         RECORDER_START_S,
+        Begun,
         answer,
         default_job_name,
         hand_off,
@@ -167,10 +168,14 @@ def run_and_record(cfg: config_mod.Config, argv: list[str], job_name: str | None
     gc.disable()
     err = stderr_console()
     progress = HashProgress(err)
-    # The recorder is started as soon as the run's end is written: it starts up (a fork, the
-    # store opened) while this process writes the stat cache.
+    # The recorder is started as soon as the command has exited: it starts up (a fork, the
+    # store opened) while this process takes the run's versions and writes its end (and
+    # again at the end, should it have gone meanwhile).
+    def recorder(begun: Begun) -> None:
+        hand_off(cfg, begun.directory)
+
     ran = run(cfg, argv, job_name, wait=True, short_answer=True, progress=progress,
-              ended=lambda begun: hand_off(cfg, begun.directory))
+              exited=recorder, ended=recorder)
     progress.close()
     if ran.begun is None:
         result = result_of(ran)  # which says so
