@@ -39,7 +39,7 @@ from roar_core.pipeline.statcache import FileState
 from roar_core.pipeline.tracelog import OP, RF_MODIFIED, Record
 
 OP_OPEN, OP_CLOSE = OP["open"], OP["close"]
-O_ACCMODE, O_RDONLY = os.O_ACCMODE, os.O_RDONLY
+O_ACCMODE, O_RDONLY, O_RDWR = os.O_ACCMODE, os.O_RDONLY, os.O_RDWR
 O_TMPFILE = getattr(os, "O_TMPFILE", 0o20200000)
 
 if TYPE_CHECKING:  # imported when there are files to hash: blake3 and the native hasher
@@ -207,7 +207,13 @@ class WhileRunning:
     The tracer logs no close of a file created or truncated, so a file is due for hashing
     as soon as its open is read: one still being written changes its state and is hashed
     again at the end.  Only small files: a big one being written would be read for
-    nothing, and is hashed at the speed of reading anyway."""
+    nothing, and is hashed at the speed of reading anyway.
+
+    No early digest stands once the command has opened a file for reading and writing: a
+    write through a shared mapping (which needs such a descriptor) to a page written
+    before changes the bytes and leaves size, mtime and ctime as they were (measured:
+    tmpfs and ext4, 6.18), where a write(2) always shows.  Any file, not only that one: a
+    file has other names (a symlink, /proc/self/fd/N)."""
 
     CHUNK = 64  # files per hashing call: the command's end waits for at most one
     MAX_SIZE = 1 << 20
@@ -221,7 +227,8 @@ class WhileRunning:
         self._fed = 0
         self._last: tuple[int, int] = (-1, -1)  # (mono_ns, pid) of the last record fed
         self._due: dict[bytes, None] = {}  # opened for writing (or closed after a write)
-        self.found: dict[bytes, HashResult] = {}
+        self._found: dict[bytes, HashResult] = {}
+        self._mappable = False  # a file was opened O_RDWR (see above)
 
     def tools(self) -> tuple[PathFilter, Hasher]:
         if self.keep is None or self.hasher is None:
@@ -239,9 +246,13 @@ class WhileRunning:
             op = r.op
             if op == OP_OPEN:
                 flags = r.flags
-                if (flags & O_ACCMODE != O_RDONLY and flags & O_TMPFILE != O_TMPFILE
-                        and r.result >= 0 and not r.err and r.path.startswith(b"/")):
-                    due[r.path] = None
+                acc = flags & O_ACCMODE
+                if (acc == O_RDONLY or flags & O_TMPFILE == O_TMPFILE or r.result < 0
+                        or r.err or not r.path.startswith(b"/")):
+                    continue
+                if acc == O_RDWR and not r.path.startswith(_NOT_MAPPED):
+                    self._mappable = True
+                due[r.path] = None
             elif op == OP_CLOSE and r.rflags & RF_MODIFIED:
                 due[r.path] = None
 
@@ -263,16 +274,22 @@ class WhileRunning:
         """Hash the files due, a chunk at a time, until `stop()` or time.monotonic() reaches
         `until`: the next records come first (each one left unread when the command ends
         is read at its end; a file left unhashed is only hashed then)."""
-        while self._due and not stop() and time.monotonic() < until:
+        while self._due and not self._mappable and not stop() and time.monotonic() < until:
             keep, hasher = self.tools()
             paths = []
             for p in list(islice(self._due, self.CHUNK)):
                 del self._due[p]
-                self.found.pop(p, None)  # opened for writing again: that digest is old
+                self._found.pop(p, None)  # opened for writing again: that digest is old
                 if keep.keep(p):
                     paths.append(p)
             for r in hasher.hash_early(paths, self.MAX_SIZE):
-                self.found[r.path] = r
+                self._found[r.path] = r
+
+    @property
+    def found(self) -> dict[bytes, HashResult]:
+        """The early digests that may stand (each still checked against the state at the
+        end, by `versions`): none once a file was opened for reading and writing."""
+        return {} if self._mappable else self._found
 
     def classified(self, records: list[Record]) -> TaskIO:
         """The command's files as it left them, from all its `records` (time-ordered)."""
@@ -283,6 +300,11 @@ class WhileRunning:
             if io is not None:
                 return io
         return classify(records, keep)
+
+
+# Devices opened read-write by many programs (a shell's terminal): no file's other name.
+_NOT_MAPPED = (b"/dev/null", b"/dev/tty", b"/dev/zero", b"/dev/ptmx", b"/dev/pts/",
+               b"/dev/urandom", b"/dev/random")
 
 
 def _mono_ns(r: Record) -> int:

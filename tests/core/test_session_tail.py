@@ -299,3 +299,46 @@ def test_records_read_out_of_time_order_are_classified_at_once_at_the_end(
     running.seen(records[cut:])
     running.seen(records[:cut])
     assert running.classified(records) == truth
+
+
+def test_no_early_digest_stands_once_a_file_could_be_written_through_a_mapping(
+        tmp_path: Path) -> None:
+    # A page written through a shared mapping and written again later changes the bytes
+    # and none of size, mtime, ctime: an early digest of the first bytes would pass the
+    # end's check.  Mapping a file for writing needs an O_RDWR descriptor, which the
+    # tracer sees: the end hashes every file then.  The truth: the bytes the script left.
+    _usable()
+    import sys
+
+    import blake3
+
+    from roar_core.pipeline import hashing
+    from roar_core.pipeline.capture import WhileRunning, versions
+    from roar_core.pipeline.classification import PathFilter
+
+    session = tmp_path / "s"
+    session.mkdir()
+    out = tmp_path / "out"
+    out.mkdir()
+    keep = PathFilter.build([session])
+    hasher = hashing.Hasher()
+    running = WhileRunning(lambda: (keep, hasher))
+    script = ("import mmap, time\n"
+              "open('plain.txt', 'wb').write(b'written once')\n"
+              "open('m.bin', 'wb').write(bytes(4096))\n"
+              "f = open('m.bin', 'r+b')\n"
+              "m = mmap.mmap(f.fileno(), 4096)\n"
+              "m[0:5] = b'first'\n"
+              "time.sleep(0.5)\n"
+              "m[0:5] = b'again'\n"
+              "m.close()\n")
+    collector = SessionCollector(session)
+    assert run_traced([sys.executable, "-c", script], session, "T", cwd=out, tail=collector,
+                      running=running) == 0
+    records = collector.read_whole(running.seen).events.records
+    taken = versions(running.classified(records), hasher, early=running.found)
+    got = {os.path.basename(p): v.digest for p, v in taken.outputs.items()}
+    assert got == {b"plain.txt": blake3.blake3(b"written once").hexdigest(),
+                   b"m.bin": blake3.blake3(b"again" + bytes(4091)).hexdigest()}
+    assert running.found == {}
+    hasher.close()
