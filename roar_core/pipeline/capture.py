@@ -247,12 +247,13 @@ class WhileRunning:
             if op == OP_OPEN:
                 flags = r.flags
                 acc = flags & O_ACCMODE
-                if (acc == O_RDONLY or flags & O_TMPFILE == O_TMPFILE or r.result < 0
-                        or r.err or not r.path.startswith(b"/")):
+                if acc == O_RDONLY or r.result < 0 or r.err:
                     continue
+                # (An O_TMPFILE file too: linked into place later, it is an output.)
                 if acc == O_RDWR and not r.path.startswith(_NOT_MAPPED):
                     self._mappable = True
-                due[r.path] = None
+                if flags & O_TMPFILE != O_TMPFILE and r.path.startswith(b"/"):
+                    due[r.path] = None
             elif op == OP_CLOSE and r.rflags & RF_MODIFIED:
                 due[r.path] = None
 

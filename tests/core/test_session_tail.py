@@ -342,3 +342,38 @@ def test_no_early_digest_stands_once_a_file_could_be_written_through_a_mapping(
                    b"m.bin": blake3.blake3(b"again" + bytes(4091)).hexdigest()}
     assert running.found == {}
     hasher.close()
+
+
+def test_an_anonymous_temp_file_opened_read_write_also_stops_early_digests(
+        tmp_path: Path) -> None:
+    # tempfile.TemporaryFile is O_TMPFILE | O_RDWR on Linux: mappable, and a file linked
+    # into place later is an output like any other.
+    _usable()
+    import sys
+
+    from roar_core.pipeline import hashing
+    from roar_core.pipeline.capture import WhileRunning
+    from roar_core.pipeline.classification import PathFilter
+
+    session = tmp_path / "s"
+    session.mkdir()
+    keep = PathFilter.build([session])
+    hasher = hashing.Hasher()
+    script = ("import tempfile, time\n"
+              "open('plain.txt', 'wb').write(b'x')\n"
+              "time.sleep(0.3)\n"  # plain.txt is hashed meanwhile
+              "t = tempfile.TemporaryFile(dir='.')\n"
+              "t.write(b'y')\n"
+              "time.sleep(0.3)\n")
+    for temp in (False, True):
+        running = WhileRunning(lambda: (keep, hasher))
+        collector = SessionCollector(session)
+        code = script if temp else script.split("t = ")[0]
+        assert run_traced([sys.executable, "-c", code], session, "T", cwd=tmp_path,
+                          tail=collector, running=running) == 0
+        collector.read_whole(running.seen)
+        if os.stat(tmp_path).st_dev in hashing.refined_devices():
+            assert bool(running.found) is not temp
+        else:
+            assert not temp or running.found == {}
+    hasher.close()
