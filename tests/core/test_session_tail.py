@@ -231,8 +231,39 @@ def test_a_worker_reading_its_tree_per_task_finds_each_new_childs_log(tmp_path: 
         assert found[f"t{i}"] == [want], (i, found[f"t{i}"])
 
 
+def _as_run_wait(where: Path, argv: list[str]):
+    """argv run the way `run --wait` runs it (the tail feeding a WhileRunning, then the
+    runner's end): (the WhileRunning, its early digests by file name as the command
+    ended, the outputs' digests by file name)."""
+    from roar_core.pipeline import hashing
+    from roar_core.pipeline.capture import WhileRunning, versions
+    from roar_core.pipeline.classification import PathFilter
+
+    session, out = where / "s", where / "out"
+    session.mkdir(parents=True)
+    out.mkdir()
+    keep = PathFilter.build([session])
+    hasher = hashing.Hasher()
+    running = WhileRunning(lambda: (keep, hasher))
+    collector = SessionCollector(session)
+    try:
+        assert run_traced(argv, session, "T", cwd=out, tail=collector, running=running) == 0
+        early = {os.path.basename(p): r.digest for p, r in running.found.items()}
+        records = collector.read_whole(running.seen).events.records
+        taken = versions(running.classified(records), hasher, early=running.found)
+    finally:
+        hasher.close()
+    return running, early, {os.path.basename(p): v.digest for p, v in taken.outputs.items()}
+
+
+def _refined(where: Path) -> bool:
+    from roar_core.pipeline import hashing
+
+    return os.stat(where).st_dev in hashing.refined_devices()
+
+
 def test_outputs_hashed_while_the_command_runs_are_the_content_it_left(tmp_path: Path) -> None:
-    # The runner's tail hashes the files the command writes while it runs (EarlyDigests);
+    # The runner's tail hashes the files the command writes while it runs (WhileRunning);
     # at the end a digest stands only where the file's state is the one it was read at.
     # The command rewrites some of them with as many bytes after they were hashed, right
     # away (within a clock tick of each other), and deletes one: every output's digest is
@@ -240,35 +271,18 @@ def test_outputs_hashed_while_the_command_runs_are_the_content_it_left(tmp_path:
     _usable()
     import blake3
 
-    from roar_core.pipeline import hashing
-    from roar_core.pipeline.capture import WhileRunning, versions
-    from roar_core.pipeline.classification import PathFilter
-
-    session = tmp_path / "s"
-    session.mkdir()
-    out = tmp_path / "out"
-    out.mkdir()
-    keep = PathFilter.build([session])
-    hasher = hashing.Hasher()
-    running = WhileRunning(lambda: (keep, hasher))
     script = ("for i in $(seq 1 40); do printf 'first-%02d' $i > f$i.txt; done; sleep 0.5; "
               "for i in $(seq 1 10); do printf 'again-%02d' $i > f$i.txt; done; rm f40.txt")
-    collector = SessionCollector(session)
-    assert run_traced(["sh", "-c", script], session, "T", cwd=out, tail=collector,
-                      running=running) == 0
-    first = {os.path.basename(p): r.digest for p, r in running.found.items()}
-    if os.stat(out).st_dev in hashing.refined_devices():
-        # Read during the half-second pause: the first contents, all of them.
-        assert first == {f"f{i}.txt".encode(): blake3.blake3(b"first-%02d" % i).hexdigest()
-                         for i in range(1, 40)} | {b"f40.txt": blake3.blake3(
-                             b"first-40").hexdigest()}
-    records = collector.read_whole(running.seen).events.records
-    taken = versions(running.classified(records), hasher, early=running.found)
-    got = {os.path.basename(p): v.digest for p, v in taken.outputs.items()}
+    _, first, got = _as_run_wait(tmp_path, ["sh", "-c", script])
+    if _refined(tmp_path):
+        # Read during the half-second pause: the first contents, all of them (those
+        # rewritten may have been read again as the command ended).
+        assert set(first) == {f"f{i}.txt".encode() for i in range(1, 41)}
+        assert all(first[f"f{i}.txt".encode()] == blake3.blake3(b"first-%02d" % i).hexdigest()
+                   for i in range(11, 41))
     truth = {f"f{i}.txt".encode(): blake3.blake3(
         (b"again-%02d" if i <= 10 else b"first-%02d") % i).hexdigest() for i in range(1, 40)}
     assert got == truth
-    hasher.close()
 
 
 def test_records_read_out_of_time_order_are_classified_at_once_at_the_end(
@@ -312,17 +326,6 @@ def test_no_early_digest_stands_once_a_file_could_be_written_through_a_mapping(
 
     import blake3
 
-    from roar_core.pipeline import hashing
-    from roar_core.pipeline.capture import WhileRunning, versions
-    from roar_core.pipeline.classification import PathFilter
-
-    session = tmp_path / "s"
-    session.mkdir()
-    out = tmp_path / "out"
-    out.mkdir()
-    keep = PathFilter.build([session])
-    hasher = hashing.Hasher()
-    running = WhileRunning(lambda: (keep, hasher))
     script = ("import mmap, time\n"
               "open('plain.txt', 'wb').write(b'written once')\n"
               "open('m.bin', 'wb').write(bytes(4096))\n"
@@ -332,16 +335,10 @@ def test_no_early_digest_stands_once_a_file_could_be_written_through_a_mapping(
               "time.sleep(0.5)\n"
               "m[0:5] = b'again'\n"
               "m.close()\n")
-    collector = SessionCollector(session)
-    assert run_traced([sys.executable, "-c", script], session, "T", cwd=out, tail=collector,
-                      running=running) == 0
-    records = collector.read_whole(running.seen).events.records
-    taken = versions(running.classified(records), hasher, early=running.found)
-    got = {os.path.basename(p): v.digest for p, v in taken.outputs.items()}
+    running, _, got = _as_run_wait(tmp_path, [sys.executable, "-c", script])
     assert got == {b"plain.txt": blake3.blake3(b"written once").hexdigest(),
                    b"m.bin": blake3.blake3(b"again" + bytes(4091)).hexdigest()}
     assert running.found == {}
-    hasher.close()
 
 
 def test_an_anonymous_temp_file_opened_read_write_also_stops_early_digests(
@@ -351,29 +348,14 @@ def test_an_anonymous_temp_file_opened_read_write_also_stops_early_digests(
     _usable()
     import sys
 
-    from roar_core.pipeline import hashing
-    from roar_core.pipeline.capture import WhileRunning
-    from roar_core.pipeline.classification import PathFilter
-
-    session = tmp_path / "s"
-    session.mkdir()
-    keep = PathFilter.build([session])
-    hasher = hashing.Hasher()
     script = ("import tempfile, time\n"
               "open('plain.txt', 'wb').write(b'x')\n"
               "time.sleep(0.3)\n"  # plain.txt is hashed meanwhile
               "t = tempfile.TemporaryFile(dir='.')\n"
               "t.write(b'y')\n"
               "time.sleep(0.3)\n")
-    for temp in (False, True):
-        running = WhileRunning(lambda: (keep, hasher))
-        collector = SessionCollector(session)
-        code = script if temp else script.split("t = ")[0]
-        assert run_traced([sys.executable, "-c", code], session, "T", cwd=tmp_path,
-                          tail=collector, running=running) == 0
-        collector.read_whole(running.seen)
-        if os.stat(tmp_path).st_dev in hashing.refined_devices():
-            assert bool(running.found) is not temp
-        else:
-            assert not temp or running.found == {}
-    hasher.close()
+    _, without, _ = _as_run_wait(tmp_path / "a", [sys.executable, "-c",
+                                                  script.split("t = ")[0]])
+    running, _, _ = _as_run_wait(tmp_path / "b", [sys.executable, "-c", script])
+    assert running.found == {}
+    assert bool(without) is _refined(tmp_path)  # the same script without it: they stand
