@@ -1,0 +1,96 @@
+"""A store that grows: big tasks recorded one after another into one SQLite store.
+
+    python bench/bench_store.py [--tasks 8] [--files 5000] [--rounds 2] [--tmp DIR]
+
+Each task's end goes in as the recorder writes it (`Store.finish_task_run` in a batch: its
+start row, its accesses, its versions), with random digests (every file new content).
+Each round records the same sequence twice, interleaved: with roar's writer settings, and
+with SQLite's default page cache (the baseline); it prints ms per task, in order, and
+the ratio of the last half's medians.  What it shows: how a task's cost grows with the
+store beneath it (the bench_core figures use a fresh store per run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from sqlalchemy import event  # noqa: E402
+
+from roar_core.pipeline import store as S  # noqa: E402
+from roar_core.pipeline.store_records import Access, TaskRun  # noqa: E402
+
+
+def record(home: Path, tasks: int, files: int, default_cache: bool) -> list[float]:
+    made = S._sqlite_engine
+
+    def engine(url):
+        e = made(url)
+        if default_cache:
+            @event.listens_for(e, "connect")
+            def _default(dbapi_conn, _record) -> None:
+                dbapi_conn.execute("PRAGMA cache_size = -2000")  # SQLite's default
+        return e
+
+    S._sqlite_engine = engine
+    try:
+        store = S.Store.open(home=home)
+    finally:
+        S._sqlite_engine = made
+    took = []
+    try:
+        for t in range(tasks):
+            run_id = f"0190b000-0000-7000-8000-{t:012d}"
+            now = datetime.now(timezone.utc)
+            accesses = [Access(uri=f"/data/t{t}/f{k:06d}", role="output",
+                               digest="blake3:" + os.urandom(32).hex(), size=4096,
+                               mtime_ns=1) for k in range(files)]
+            t0 = time.perf_counter()
+            with store.batch():
+                store.finish_task_run(run_id, "COMPLETE", now, accesses=accesses,
+                                      started=TaskRun(run_id, "cli", "bench", "job", now))
+            took.append(time.perf_counter() - t0)
+    finally:
+        store.close()
+    return took
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tasks", type=int, default=8)
+    ap.add_argument("--files", type=int, default=5000)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--tmp", default=None)
+    args = ap.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="roar-bench-store-", dir=args.tmp))
+    late = {"roar": [], "SQLite default cache": []}
+    try:
+        for r in range(args.rounds):
+            for name, default in (("SQLite default cache", True), ("roar", False)):
+                home = root / f"{r}-{default}"
+                took = record(home, args.tasks, args.files, default)
+                shutil.rmtree(home)
+                late[name] += took[len(took) // 2:]
+                print(f"round {r + 1} {name:<21} ms per task: "
+                      + " ".join(f"{1e3 * x:.1f}" for x in took))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    base = statistics.median(late["SQLite default cache"])
+    ours = statistics.median(late["roar"])
+    print(f"last half of each sequence, median: default {1e3 * base:.1f} ms, roar "
+          f"{1e3 * ours:.1f} ms ({ours / base:.2f} x)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
