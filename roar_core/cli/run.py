@@ -318,20 +318,24 @@ def _outcome(rc: int) -> tuple[str, str | None]:
     return "FAIL", how_it_ended(rc).replace("exit ", "exit code ", 1)
 
 
+def _capture_tools(cfg: Config, stat_cache: bool) -> tuple[PathFilter, Hasher]:
+    """The runner's path filter, and a hasher holding its stat cache's new entries until
+    it is closed (see `capture_now`)."""
+    from roar_core.pipeline import capture
+    from roar_core.pipeline.classification import PathFilter
+
+    keep = PathFilter.for_config(cfg)  # first: nothing to close should it fail
+    hasher = capture.hasher_for(cfg, stat_cache=stat_cache)
+    hasher.hold_cache()
+    return keep, hasher
+
+
 def _while_running(cfg: Config, stat_cache: bool) -> WhileRunning:
     """What is taken while the command runs, with the filter and hasher `capture_now`
-    would make (and then uses)."""
+    would make (and then uses), made once first needed."""
     from roar_core.pipeline.capture import WhileRunning
 
-    def make() -> tuple[PathFilter, Hasher]:
-        from roar_core.pipeline import capture
-        from roar_core.pipeline.classification import PathFilter
-
-        hasher = capture.hasher_for(cfg, stat_cache=stat_cache)
-        hasher.hold_cache()
-        return PathFilter.for_config(cfg), hasher
-
-    return WhileRunning(make)
+    return WhileRunning(lambda: _capture_tools(cfg, stat_cache))
 
 
 def capture_now(cfg: Config, records: list, roar: Any = None, stat_cache: bool = True,
@@ -354,17 +358,13 @@ def capture_now(cfg: Config, records: list, roar: Any = None, stat_cache: bool =
     if roar is not None:
         rec = roar.writer
         return capture.capture(records, rec.keep, rec.hasher, progress=rec.progress), None
-    from roar_core.pipeline.classification import PathFilter
-
     if running is not None:  # its hasher: closed by run()
         hasher = running.tools()[1]
         return capture.versions(running.classified(records), hasher, progress=progress,
                                 early=running.found), hasher
-    hasher = capture.hasher_for(cfg, stat_cache=stat_cache)
-    hasher.hold_cache()
+    keep, hasher = _capture_tools(cfg, stat_cache)
     try:
-        return capture.capture(records, PathFilter.for_config(cfg), hasher,
-                               progress=progress), hasher
+        return capture.capture(records, keep, hasher, progress=progress), hasher
     except BaseException:
         hasher.close()
         raise

@@ -28,6 +28,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from roar_core.pipeline import declared as declared_mod
 from roar_core.pipeline.classification import (
+    O_ACCMODE,
+    O_RDONLY,
+    O_RDWR,
+    O_TMPFILE,
+    OP_CLOSE,
+    OP_OPEN,
     Classifier,
     FileAccess,
     PathFilter,
@@ -36,11 +42,7 @@ from roar_core.pipeline.classification import (
 )
 from roar_core.pipeline.objects import ObjectVersion
 from roar_core.pipeline.statcache import FileState
-from roar_core.pipeline.tracelog import OP, RF_MODIFIED, Record
-
-OP_OPEN, OP_CLOSE = OP["open"], OP["close"]
-O_ACCMODE, O_RDONLY, O_RDWR = os.O_ACCMODE, os.O_RDONLY, os.O_RDWR
-O_TMPFILE = getattr(os, "O_TMPFILE", 0o20200000)
+from roar_core.pipeline.tracelog import RF_MODIFIED, Record
 
 if TYPE_CHECKING:  # imported when there are files to hash: blake3 and the native hasher
     from roar_core.pipeline.hashing import Hasher, HashResult
