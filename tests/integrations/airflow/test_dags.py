@@ -182,6 +182,27 @@ def test_roar_facets_and_mode(etl: EtlRun) -> None:
             assert facet["droppedEvents"] == 0
 
 
+def test_the_task_waits_for_its_lineage_only_when_the_provider_asks(etl: EtlRun) -> None:
+    """The recorder works on a task's lineage while Airflow ends the task (its XCom sent to
+    the API server); the task waits for the answer when the provider asks for the lineage,
+    after that.  Each traced task that returned a value logs its lineage after its XCom.
+    And no FIFO of a wait is left in the session."""
+    log = etl.proc.stdout + etl.proc.stderr
+    parts = re.split(r"\[DAG TEST\] running task <TaskInstance: " + DAG + r"\.", log)[1:]
+    checked = 0
+    for part in parts:
+        task_id = part.split(" ", 1)[0]
+        if "Pushing xcom" not in part or "roar: recorded" not in part:
+            continue  # failed, returned nothing, or a plain @task
+        assert part.index("Pushing xcom") < part.index("roar: recorded"), task_id
+        checked += 1
+    assert checked >= 4
+    sessions = [*(etl.work / "run" / "roar").glob("airflow-*"),
+                *(etl.work / "roar" / "sessions").glob("airflow-*")]
+    assert sessions
+    assert [p for d in sessions for p in d.rglob("wait-*")] == []
+
+
 def test_airflow_internals_are_never_lineage(etl: EtlRun, airflow_home: AirflowHome) -> None:
     for ev in etl.events:
         for d in ev.get("inputs", []) + ev.get("outputs", []):
