@@ -159,7 +159,7 @@ class Follower:
 
     def __init__(self, roar: Roar, directory: str | os.PathLike, *,
                  lifetime_status: Callable[[], str] = lambda: "ABORT",
-                 alive: Callable[[int, int], bool] = process_alive,
+                 alive: Callable[[int, int, int | None], bool] = process_alive,
                  sync_every: float = 0.0, order: CausalOrder | None = None,
                  hold_start_s: float = 0.0, given: dict[str, Given] | None = None):
         """`sync_every`: while passes keep finding tasks, sync the spool at most this often
@@ -520,7 +520,7 @@ class Follower:
     def _advance(self, f: _Followed) -> None:
         j = f.tasklog
         # Before reading: no line can come later.  (Gone once, gone: no /proc read again.)
-        dead = f.dead or not self._alive(j.pid, j.start)
+        dead = f.dead or not self._alive(j.pid, j.start, j.boot)
         begun = f.begun + j.read_more()
         f.begun = []
         f.dead = dead or j.closed

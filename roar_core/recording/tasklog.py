@@ -9,11 +9,11 @@ but the standard library.  The recorder process of the directory (roar_core.reco
 same log; a producer that needs the answer (Airflow's provider, Snakemake's temp() files)
 `wait`s for that mark.
 
-One file per producer process, `tasks-<pid>-<starttime>.jsonl` (the start time, from /proc,
-tells a dead process from a later one that got the same pid):
+One file per producer process, `tasks-<pid>-<boot>.jsonl` (CLOCK_BOOTTIME when it was made,
+which tells a dead process from a later one that got the same pid: that one started after):
 
-    {"v": 1, "pid": 123, "start": 456, "host": "node-1",          first line, by the producer
-     "common": {...}}                                            (fields all its tasks share)
+    {"v": 1, "pid": 123, "start": 0, "boot": 456,                 first line, by the producer
+     "host": "node-1", "common": {...}}                          (fields all its tasks share)
     {"wb": {...workflow run...}}                                  a workflow run began
     {"b": {...TaskMeta...}, "lifetime": false, "d": "<dir>"}     a task began   (producer)
     {"e": "<run id>", "s": "COMPLETE", "t": "<iso>", ...}        it ended       (producer)
@@ -96,15 +96,24 @@ def process_start(pid: int) -> int:
         return 0
 
 
-def process_alive(pid: int, start: int) -> bool:
-    """Is the process that wrote a task log still running (on this host)?"""
+def process_alive(pid: int, start: int, boot: int | None = None) -> bool:
+    """Is the process that wrote a task log still running (on this host)?  `start`: its
+    start time as /proc says it (0: unknown; -1: gone); `boot`: instead, CLOCK_BOOTTIME
+    when it wrote the log's head, after it started: a process now under its pid that
+    started later is another one (/proc's start time is that clock's, in ticks)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         pass
-    return not start or process_start(pid) in (0, start)
+    if start or not boot:
+        return not start or process_start(pid) in (0, start)
+    now = process_start(pid)
+    return now * (1_000_000_000 // _CLK_TCK) <= boot
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 # A task's own session as its producer read it (WholeSession), and the versions it took
@@ -281,8 +290,11 @@ class TaskLog:
         directory = Path(directory)
         self.directory = directory
         self.pid = os.getpid()
-        self.start = process_start(self.pid)
-        self.name = f"{PREFIX}{self.pid}-{self.start}"
+        # Which process wrote the log, for a recorder that finds its pid taken by another:
+        # the time now, not the process's start time from /proc, whose read stalled for
+        # milliseconds in a task process Airflow had just forked (p90 2 ms, up to 17).
+        self.boot = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+        self.name = f"{PREFIX}{self.pid}-{self.boot}"
         self.path = directory / f"{self.name}{SUFFIX}"
         # Read and append: the producer reads the recorder's marks (results) through it,
         # also once the recorder has removed the file.  The directory is made only when it
@@ -303,7 +315,8 @@ class TaskLog:
         self._reading = threading.Lock()
         self.results: dict[str, dict | None] = {}  # run id -> what the recorder said
         # `mono`: the processes of its tasks start after it (their tracer logs are newer)
-        head = {"v": VERSION, "pid": self.pid, "start": self.start, "mono": time.monotonic_ns(),
+        head = {"v": VERSION, "pid": self.pid, "start": 0, "boot": self.boot,
+                "mono": time.monotonic_ns(),
                 "host": socket.gethostname(), "common": common or {}}
         if results:
             head["results"] = 1
@@ -534,15 +547,16 @@ class Workflow(Slotted):
 class TaskLogFile(Slotted):
     """A task log as read so far (`read_more` picks up what was appended since)."""
 
-    __slots__ = ("path", "pid", "start", "host", "entries", "common", "workflows", "closed",
-                 "close_waited", "results", "mono", "_offset")
+    __slots__ = ("path", "pid", "start", "boot", "host", "entries", "common", "workflows",
+                 "closed", "close_waited", "results", "mono", "_offset")
 
     def __init__(self, path: Path, pid: int, start: int, host: str, *,
                  common: dict[str, Any] | None = None, results: bool = False,
-                 mono: int | None = None) -> None:
+                 mono: int | None = None, boot: int | None = None) -> None:
         self.path = path
         self.pid = pid
         self.start = start
+        self.boot = boot
         self.host = host
         # Tasks not recorded yet, by run id, in begin order (a recorded one is dropped)
         self.entries: dict[str, Entry] = {}
@@ -573,7 +587,7 @@ class TaskLogFile(Slotted):
             head = json.loads(first)
             j = cls(path, int(head["pid"]), int(head["start"]), str(head["host"]),
                     common=dict(head.get("common") or {}), results=bool(head.get("results")),
-                    mono=head.get("mono"))
+                    mono=head.get("mono"), boot=head.get("boot"))
         except (ValueError, KeyError, TypeError):
             log.warning("roar: %s is not a task log", path)
             return None
@@ -647,7 +661,7 @@ class TaskLogFile(Slotted):
         return sum(1 for e in self.entries.values() if e.outcome)
 
     def alive(self) -> bool:
-        return process_alive(self.pid, self.start)
+        return process_alive(self.pid, self.start, self.boot)
 
 
 class Result:
@@ -754,7 +768,7 @@ def outstanding(directory: str | os.PathLike, live: list[Path] | None = None
             head = json.loads(lines[0])
             if head["host"] != host:
                 continue
-            dead = not process_alive(int(head["pid"]), int(head["start"]))
+            dead = not process_alive(int(head["pid"]), int(head["start"]), head.get("boot"))
         except (OSError, ValueError, KeyError, TypeError, IndexError):
             continue
         tasks: dict[str, Outstanding] = {}

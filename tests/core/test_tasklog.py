@@ -199,7 +199,7 @@ def test_tasks_of_a_node_are_recorded_in_the_order_they_ended(roar, tmp_path):
         path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     assert [p.name for p in tasklog.log_paths(session)][0].startswith(
         f"{tasklog.PREFIX}100-")  # the consumer's journal is read first
-    follower = following.Follower(roar, session, alive=lambda pid, start: True)
+    follower = following.Follower(roar, session, alive=lambda *_: True)
     assert follower.poll() == 2
     roar.spool.flush(10)
     events = [json.loads(line) for line in
@@ -240,7 +240,7 @@ def test_an_ended_task_is_started_and_ended_once_even_after_a_follower_died(roar
     earlier = tasklog.TaskLogFile.open(path)
     roar.writer.started(earlier.entries[ids[0]].meta)  # then that follower died
 
-    follower = following.Follower(roar, session, alive=lambda pid, start: True)
+    follower = following.Follower(roar, session, alive=lambda *_: True)
     assert follower.poll() == 2
     assert {r.run_id: r.status for r in roar.store.task_runs(None)} == {
         ids[0]: "COMPLETE", ids[1]: "COMPLETE"}
@@ -298,3 +298,30 @@ def test_a_big_end_line_reads_back_as_written(tmp_path, name):
     (entry,) = tasklog.TaskLogFile.open(log.path).unrecorded()
     assert entry.captured == captured and entry.outcome.status == "COMPLETE"
     log.close()
+
+
+def test_a_log_is_alive_while_its_own_process_runs_not_one_that_took_its_pid(tmp_path):
+    """A task log names its writer by pid and the time it was made (CLOCK_BOOTTIME), not by
+    the process's start time from /proc (whose read stalled in Airflow's task processes).
+    A process found under that pid which started after the log was made is another one."""
+    import time
+
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        time.sleep(0.05)  # /proc's start times are in ticks (10 ms): well past the child's
+        after = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+        assert tasklog.process_alive(child.pid, 0, after)
+        # A log made before this process existed was written by an earlier one of its pid.
+        assert not tasklog.process_alive(child.pid, 0, after - 10**9)
+        # Logs of earlier versions (the start time from /proc) are still told apart.
+        start = tasklog.process_start(child.pid)
+        assert tasklog.process_alive(child.pid, start)
+        assert not tasklog.process_alive(child.pid, start + 1)
+    finally:
+        child.kill()
+        child.wait()
+    assert not tasklog.process_alive(child.pid, 0, after)
+    own = tasklog.TaskLog(tmp_path)
+    found = tasklog.TaskLogFile.open(own.path)
+    assert found is not None and found.boot == own.boot and found.alive()
+    assert own.name == f"{tasklog.PREFIX}{os.getpid()}-{own.boot}"
