@@ -70,6 +70,7 @@ VERSION = 1
 PREFIX = "tasks-"
 SUFFIX = ".jsonl"
 WAKE = "recorder.wake"  # a FIFO the recorder waits on between passes
+READ_FIRST, READ_MAX = 1 << 16, 1 << 24  # a producer's reads of the recorder's marks
 WAIT_PREFIX = "wait-"  # FIFOs of producers waiting for one task, or for their whole log
 # The lines `TaskLog.read_results` reads: its own begins and the recorder's marks.
 _MARK_PREFIXES = (b'{"b"', b'{"r"', b'{"a"', b'{"fail"')
@@ -448,11 +449,14 @@ class TaskLog:
             self._read_results()
 
     def _read_results(self) -> None:
-        try:
-            data = os.pread(self._fd, 1 << 24, self._read_at)
-        except OSError:
-            return
-        while data:
+        # Small reads first: os.pread allocates all it may return (16 MiB took ~0.1 ms in
+        # a process just forked), and what follows our last read is mostly a few marks.
+        size = READ_FIRST
+        while True:
+            try:
+                data = os.pread(self._fd, size, self._read_at)
+            except OSError:
+                return
             end = data.rfind(b"\n") + 1
             self._read_at += end
             for raw in data[:end].splitlines():
@@ -462,9 +466,12 @@ class TaskLog:
                         self._apply(json.loads(raw))
                     except (ValueError, KeyError, TypeError):
                         pass
-            if end == 0 or len(data) < 1 << 24:
+            if len(data) < size:
                 return
-            data = os.pread(self._fd, 1 << 24, self._read_at)
+            if end == 0:  # a line longer than the read: a bigger one
+                if size == READ_MAX:
+                    return
+                size = min(size * 16, READ_MAX)
 
     def _apply(self, d: dict[str, Any]) -> None:
         """One begin line of ours or one mark of the recorder's, into `results`."""

@@ -300,6 +300,33 @@ def test_a_big_end_line_reads_back_as_written(tmp_path, name):
     log.close()
 
 
+def test_the_recorders_marks_are_read_past_lines_longer_than_a_read(tmp_path):
+    """The producer reads the recorder's marks in small reads first: a mark that follows
+    an end line of megabytes (and one of a task begun after it) is read all the same."""
+    import json
+
+    log = tasklog.TaskLog(tmp_path)
+    ids = [f"0190a000-0000-7000-8000-00000000000{n}" for n in (1, 2)]
+    for run_id in ids:
+        log.begun({"run_id": run_id, "engine": "test", "namespace": "ns", "job_name": "w.big",
+                   "engine_task_id": "1", "attempt": 0, "parent_run_id": None,
+                   "command": None, "host": os.uname().nodename, "pid": os.getpid(),
+                   "node_id": None, "traced": True, "untraced_reason": None,
+                   "workflow": None, "engine_version": None,
+                   "started_at": "2026-11-26T12:00:00+00:00"})
+    log.ended(ids[0], "COMPLETE", captured={"outputs": [[f"/d/{i:07d}", i] for i in range(
+        100_000)]})
+    assert os.path.getsize(log.path) > 16 * tasklog.READ_FIRST
+    log.read_results()
+    assert log.results == {ids[0]: None, ids[1]: None}
+    with open(log.path, "a") as f:  # the recorder's marks, as it appends them
+        f.write(json.dumps({"a": ids[0], "res": {"ok": True, "n": 1}}) + "\n")
+        f.write(json.dumps({"r": ids[1], "res": {"ok": True, "n": 2}}) + "\n")
+    log.read_results()
+    assert log.results == {ids[0]: {"ok": True, "n": 1}, ids[1]: {"ok": True, "n": 2}}
+    log.close()
+
+
 def test_a_log_is_alive_while_its_own_process_runs_not_one_that_took_its_pid(tmp_path):
     """A task log names its writer by pid and the time it was made (CLOCK_BOOTTIME), not by
     the process's start time from /proc (whose read stalled in Airflow's task processes).
