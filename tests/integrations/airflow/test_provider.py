@@ -145,12 +145,15 @@ def test_lineage_the_provider_never_asks_for_is_stored_and_nothing_waits(
 
 def test_plugin_warms_only_a_traced_process(airflow_home: AirflowHome, tmp_path: Path) -> None:
     """Loaded in the scheduler, the plugin imports the task path there when the scheduler
-    runs with the tracer, so forked tasks inherit it; elsewhere it does nothing."""
-    code = ("import sys; from airflow.plugins_manager import ensure_plugins_loaded as f; f(); "
-            "from roar_airflow.plugins.roar import WARM; "
-            "print(WARM, 'roar_core.recording.tasklog' in sys.modules)")
+    runs with the tracer, and writes its session's recorder settings, so forked tasks
+    inherit both; elsewhere it does nothing."""
+    code = ("import os, sys; from airflow.plugins_manager import ensure_plugins_loaded as f; "
+            "f(); from roar_airflow.plugins.roar import WARM; "
+            "d = os.environ.get('ROAR_SESSION_DIR'); "
+            "print(WARM, 'roar_core.recording.tasklog' in sys.modules, "
+            "bool(d) and os.path.exists(os.path.join(d, 'recorder.json')))")
     plain = airflow_home.env(tmp_path)
-    for env, expected in ((plain, "False False"), (preloaded(plain), "True True")):
+    for env, expected in ((plain, "False False False"), (preloaded(plain), "True True True")):
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                              text=True, check=True, cwd=tmp_path)
         assert out.stdout.strip().splitlines()[-1] == expected, out.stderr[-2000:]

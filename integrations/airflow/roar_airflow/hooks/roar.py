@@ -327,14 +327,27 @@ def _task_log(directory: Path) -> TaskLog:
     """This process's task log in `directory` (a forked task process makes its own)."""
     global _TASKS
     if _TASKS is None or _TASKS[0] != os.getpid() or _TASKS[1] != str(directory):
-        from roar_core.recording import recorder
         from roar_core.recording.tasklog import TaskLog
 
-        # Both make the directory where it is missing (a mkdir each time cost ~0.1 ms).
-        recorder.write_settings(directory, _config(), settings().internal,
-                                idle_exit_s=RECORDER_IDLE_EXIT_S, waited=True)
+        write_settings(directory)
         _TASKS = (os.getpid(), str(directory), TaskLog(directory))
     return _TASKS[2]
+
+
+def write_settings(directory: Path) -> None:
+    """The settings of the directory's recorder, once per worker: a worker warmed up
+    (roar_airflow.plugins.roar) writes them before it forks its tasks, which then need
+    not look (~0.1 ms of each task's path)."""
+    if str(directory) not in _SETTINGS_WRITTEN:
+        from roar_core.recording import recorder
+
+        # It makes the directory where it is missing (a mkdir each time cost ~0.1 ms).
+        recorder.write_settings(directory, _config(), settings().internal,
+                                idle_exit_s=RECORDER_IDLE_EXIT_S, waited=True)
+        _SETTINGS_WRITTEN.add(str(directory))
+
+
+_SETTINGS_WRITTEN: set[str] = set()
 
 
 def _dag_run_id(dag_id: str, dag_run: Any) -> str:

@@ -28,16 +28,19 @@ def warm() -> bool:
 
         if tracer.loaded() is None:
             return False
+        from pathlib import Path
+
         import roar_core.ids  # noqa: F401
         import roar_core.pipeline.emission  # noqa: F401  (the provider's listener asks for lineage)
         import roar_core.pipeline.tracelog  # noqa: F401
         import roar_core.recording.recorder  # noqa: F401
         import roar_core.recording.tasklog  # noqa: F401
         from roar_airflow.decorators import roar  # noqa: F401  (operators, hook)
-        from roar_airflow.hooks.roar import _config, settings
+        from roar_airflow.hooks.roar import _config, settings, write_settings
 
         settings()  # plain data: the same for every task this worker forks
         _config()
+        write_settings(Path(os.environ["ROAR_SESSION_DIR"]))
         roar_core.pipeline.emission.producer()  # reads package metadata: ~10 ms the first time
     except Exception:  # a warm-up must never break the scheduler
         log.debug("roar: warm-up failed", exc_info=True)
