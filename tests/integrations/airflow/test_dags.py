@@ -182,11 +182,13 @@ def test_roar_facets_and_mode(etl: EtlRun) -> None:
             assert facet["droppedEvents"] == 0
 
 
-def test_the_task_waits_for_its_lineage_only_when_the_provider_asks(etl: EtlRun) -> None:
-    """The recorder works on a task's lineage while Airflow ends the task (its XCom sent to
-    the API server); the task waits for the answer when the provider asks for the lineage,
-    after that.  Each traced task that returned a value logs its lineage after its XCom.
-    And no FIFO of a wait is left in the session."""
+def test_the_lineage_is_taken_before_airflow_is_told_the_task_ended(etl: EtlRun) -> None:
+    """An output's version is the content the task left: the task waits for its lineage
+    before it returns to Airflow, which then sends the task's XCom and state (after which
+    a downstream task may start and rewrite the file).  A task that left the waiting to
+    the provider's request (made after that) was measured to save ~1.5 ms of its path,
+    and was not kept for this.  Each traced task that returned a value logs its lineage
+    before its XCom."""
     log = etl.proc.stdout + etl.proc.stderr
     parts = re.split(r"\[DAG TEST\] running task <TaskInstance: " + DAG + r"\.", log)[1:]
     checked = 0
@@ -194,13 +196,9 @@ def test_the_task_waits_for_its_lineage_only_when_the_provider_asks(etl: EtlRun)
         task_id = part.split(" ", 1)[0]
         if "Pushing xcom" not in part or "roar: recorded" not in part:
             continue  # failed, returned nothing, or a plain @task
-        assert part.index("Pushing xcom") < part.index("roar: recorded"), task_id
+        assert part.index("roar: recorded") < part.index("Pushing xcom"), task_id
         checked += 1
     assert checked >= 4
-    sessions = [*(etl.work / "run" / "roar").glob("airflow-*"),
-                *(etl.work / "roar" / "sessions").glob("airflow-*")]
-    assert sessions
-    assert [p for d in sessions for p in d.rglob("wait-*")] == []
 
 
 def test_airflow_internals_are_never_lineage(etl: EtlRun, airflow_home: AirflowHome) -> None:
