@@ -302,10 +302,12 @@ class TaskLog:
         # is missing: in a task process just forked (Airflow's), mkdir's FileExistsError
         # alone cost 0.2 ms of the task's path.
         flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+        self.made_directory = False  # it was missing (removed since the producer began?)
         try:
             self._fd = os.open(self.path, flags, 0o644)
         except FileNotFoundError:
             directory.mkdir(parents=True, exist_ok=True)
+            self.made_directory = True
             self._fd = os.open(self.path, flags, 0o644)
         self._wake = wake
         self._said = not warn  # a lost line is logged once

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -110,6 +111,29 @@ def test_provider_disabled_roar_emits_itself(airflow_home: AirflowHome, tmp_path
         assert e["run"]["facets"]["parent"]["job"]["name"] == "roar_etl"
         assert e["run"]["facets"]["processing_engine"]["name"] == "airflow"
         validate_event(e)  # roar's own events: every facet must have a schema
+
+
+def test_a_task_writes_the_recorder_settings_again_where_its_session_was_removed(
+        airflow_home: AirflowHome, tmp_path: Path) -> None:
+    """A warmed worker wrote the settings once; a task that finds the session directory
+    gone (and makes it again) writes them again, so a recorder can start there."""
+    code = textwrap.dedent("""
+        import os, shutil, sys
+        from pathlib import Path
+        from roar_airflow.hooks import roar as hooks
+        session = Path(sys.argv[1])
+        hooks.write_settings(session)
+        print((session / "recorder.json").exists())
+        shutil.rmtree(session)
+        hooks.write_settings(session)  # once per worker: no second look
+        print((session / "recorder.json").exists())
+        hooks._task_log(session)
+        print((session / "recorder.json").exists())
+    """)
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "session")],
+                         env=airflow_home.env(tmp_path), capture_output=True, text=True,
+                         cwd=tmp_path)
+    assert out.stdout.split() == ["True", "False", "True"], out.stderr[-2000:]
 
 
 def test_plugin_warms_only_a_traced_process(airflow_home: AirflowHome, tmp_path: Path) -> None:

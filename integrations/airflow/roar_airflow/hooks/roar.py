@@ -267,16 +267,17 @@ def _task_log(directory: Path) -> TaskLog:
     if _TASKS is None or _TASKS[0] != os.getpid() or _TASKS[1] != str(directory):
         from roar_core.recording.tasklog import TaskLog
 
-        write_settings(directory)
-        _TASKS = (os.getpid(), str(directory), TaskLog(directory))
+        tasks = TaskLog(directory)  # (the recorder is started after: settings first)
+        write_settings(directory, again=tasks.made_directory)
+        _TASKS = (os.getpid(), str(directory), tasks)
     return _TASKS[2]
 
 
-def write_settings(directory: Path) -> None:
+def write_settings(directory: Path, again: bool = False) -> None:
     """The settings of the directory's recorder, once per worker: a worker warmed up
     (roar_airflow.plugins.roar) writes them before it forks its tasks, which then need
-    not look (~0.1 ms of each task's path)."""
-    if str(directory) not in _SETTINGS_WRITTEN:
+    not look (~0.1 ms of each task's path).  `again`: the directory was made anew."""
+    if again or str(directory) not in _SETTINGS_WRITTEN:
         from roar_core.recording import recorder
 
         # It makes the directory where it is missing (a mkdir each time cost ~0.1 ms).
