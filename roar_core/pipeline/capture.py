@@ -38,6 +38,7 @@ from roar_core.pipeline.classification import (
     FileAccess,
     PathFilter,
     TaskIO,
+    _Resolver,
     classify,
 )
 from roar_core.pipeline.objects import ObjectVersion
@@ -139,6 +140,21 @@ def versions(io: TaskIO, hasher: Hasher, settle: bool = True,
         (out.code if a.role == "code" else out.inputs)[a.path] = opened[a.path]
     _object_versions(io, out)
     return out
+
+
+def as_left(capture: Capture, left: Mapping[str, list[int] | None]) -> Capture:
+    """The outputs of `capture`, taken after the task's producer went on, as the task left
+    them: one whose state now is not the one it was left in (`left`: raw path -> [device,
+    inode, size, mtime, ctime] or None, taken as the task ended) holds another's content
+    now, and its version is unknown.  So is one `left` does not name."""
+    resolve = _Resolver()
+    was: dict[bytes, FileState | None] = {}
+    for raw, st in left.items():
+        was[resolve(_unpath(raw))[0]] = None if st is None else FileState(*st)
+    for path, v in list(capture.outputs.items()):
+        if v.digest is not None and was.get(path) != v.state:
+            capture.outputs[path] = Version(None, v.size, v.state, CHANGED_AFTER_END)
+    return capture
 
 
 def _object_versions(io: TaskIO, out: Capture) -> None:

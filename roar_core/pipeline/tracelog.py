@@ -323,6 +323,50 @@ def read_header(path: str | os.PathLike) -> LogHeader:
         raise _unreadable(path, e) from None
 
 
+def reserved(path: str | os.PathLike) -> int:
+    """Where a log's next record goes (its header's `reserved`): a process marking where a
+    task begins in its own log reads only that (os calls: no file object)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            buf = os.pread(fd, _HEADER.size, 0)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise _unreadable(Path(path), e) from None
+    return _header(buf, Path(path)).reserved
+
+
+_STARTS = frozenset(OP[n] for n in ("fork", "spawn", "exec", "exec_fail"))
+_ONTO = frozenset(OP[n] for n in ("rename", "link"))
+
+
+def written_since(path: str | os.PathLike, offset: int) -> set[bytes] | None:
+    """Every path a process may have written since `offset` of its log (its own, read as
+    it runs): opened to write, created or truncated, renamed or linked onto.  None where
+    the log alone cannot say: records lost, or a process started (its writes are in a
+    log of its own), or a path relative to a directory the tracer could not name."""
+    log = read_log(path, start=offset, final=False)
+    if log.dropped or log.torn:
+        return None
+    written: set[bytes] = set()
+    for r in log.records:
+        op = r.op
+        if op in _STARTS or r.rflags & RF_DIRFD_UNKNOWN:
+            return None
+        if op == _OPEN:
+            if r.flags & os.O_ACCMODE != os.O_RDONLY or r.flags & (os.O_CREAT | os.O_TRUNC):
+                written.add(r.path)
+        elif op in _ONTO:
+            written.add(r.path2)
+        elif op == _TRUNCATE:
+            written.add(r.path)
+    return written
+
+
+_OPEN, _TRUNCATE = OP["open"], OP["truncate"]
+
+
 def log_files(session_dir: str | os.PathLike, since_mono_ns: int | None = None,
               pid: int | None = None) -> list[Path]:
     """The logs of a session, in creation order (pid then monotonic start).

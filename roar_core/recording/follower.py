@@ -749,7 +749,12 @@ class Follower:
             if entry.died:
                 return self.roar.writer.capture_late(task.meta, task.outcome,
                                                        task.records)
-            return self.roar.writer.capture(task.meta, task.records)
+            taken = self.roar.writer.capture(task.meta, task.records)
+            if entry.left is not None:  # its producer went on: as the task left them
+                from roar_core.pipeline.capture import as_left
+
+                taken = as_left(taken, entry.left)
+            return taken
         from roar_core.pipeline.capture import from_dict
 
         return from_dict(entry.captured)

@@ -16,7 +16,9 @@ which tells a dead process from a later one that got the same pid: that one star
      "host": "node-1", "common": {...}}                          (fields all its tasks share)
     {"wb": {...workflow run...}}                                  a workflow run began
     {"b": {...TaskMeta...}, "lifetime": false, "d": "<dir>"}     a task began   (producer)
-    {"e": "<run id>", "s": "COMPLETE", "t": "<iso>", ...}        it ended       (producer)
+    {"e": "<run id>", "s": "COMPLETE", "t": "<iso>", ...}        it ended       (producer;
+                                                                 "lf": the states it left
+                                                                 its files in, see `ended`)
     {"we": "<run id>", "s": "COMPLETE", "t": "<iso>", "m": null} the workflow run ended
     {"closed": 1}                                                nothing more comes
     {"started": "<run id>"}                                      START recorded (recorder)
@@ -95,6 +97,45 @@ def process_start(pid: int) -> int:
         return int(stat_[stat_.rindex(b")") + 2:].split()[19])
     except (OSError, ValueError, IndexError):
         return 0
+
+
+def trace_mark() -> tuple[str, int] | None:
+    """This process's tracer log and where its next record goes (a task beginning now
+    begins there); None without the tracer."""
+    from roar_core.pipeline import tracelog, tracer
+
+    shim = tracer.loaded()
+    path = shim.log_path() if shim is not None else None
+    if path is None:
+        return None
+    try:
+        return str(path), tracelog.reserved(path)
+    except tracelog.TraceLogError:
+        return None
+
+
+def left_states(log: str, offset: int) -> dict[str, list[int] | None] | None:
+    """The state (device, inode, size, mtime, ctime; None: missing) in which a task that
+    has just ended in this process (its records from `offset` of `log`) left each file
+    it may have written (`TaskLog.ended(left=)`).  None where its log cannot say which."""
+    from roar_core.pipeline import tracelog
+
+    try:
+        written = tracelog.written_since(log, offset)
+    except tracelog.TraceLogError:
+        return None
+    if written is None:
+        return None
+    states: dict[str, list[int] | None] = {}
+    for p in written:
+        try:
+            st = os.stat(p)  # (classification follows a symlink to the file itself)
+        except OSError:
+            states[os.fsdecode(p)] = None
+            continue
+        states[os.fsdecode(p)] = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
+                                  st.st_ctime_ns]
+    return states
 
 
 def process_alive(pid: int, start: int, boot: int | None = None) -> bool:
@@ -370,7 +411,7 @@ class TaskLog:
               captured: dict[str, Any] | None = None, pid: int | None = None,
               shadow: tuple[str, str] | None = None, read: dict[str, Any] | None = None,
               wait: bool = False, short_answer: bool = False,
-              early: bool = False) -> int | None:
+              early: bool = False, left: dict[str, Any] | None = None) -> int | None:
         """`captured`: the task's versions as it ended (`capture.to_dict`), taken by the
         producer; without them the recorder takes them when it records the task.  `pid`:
         the task's own process, known only now.  `shadow`: (shadow root, workdir) -- the
@@ -381,10 +422,16 @@ class TaskLog:
         the answer lists the first SHORT_ANSWER files of each kind and counts the rest
         (what `run --wait` shows), not all of them; `early`: the answer comes as soon as
         the task's lineage is known, before the recorder has stored it (`{"a": ...}`:
-        for a producer that needs the lineage, not the store), then its recorded mark."""
+        for a producer that needs the lineage, not the store), then its recorded mark.
+        `left`: the state each file the task may have written was in as it ended (path ->
+        [device, inode, size, mtime, ctime], or None: missing), for a producer that goes
+        on before the recorder has taken the versions: an output found in another state
+        then is recorded as unknown (capture.as_left)."""
         entry = end_entry(run_id, status, error=error, exit_code=exit_code,
                           ended_at=ended_at, captured=captured, pid=pid, shadow=shadow,
                           read=read)
+        if left is not None:
+            entry["lf"] = left
         fd = None
         if wait:
             entry["w"] = 2 if short_answer else 1
@@ -512,7 +559,7 @@ class Entry(Slotted):
 
     __slots__ = ("meta", "lifetime", "outcome", "started", "recorded", "captured", "own_dir",
                  "shadow", "waited", "died", "records", "dropped", "failures", "retry_at",
-                 "error", "taken", "read", "short", "early", "answered")
+                 "error", "taken", "read", "short", "early", "answered", "left")
 
     def __init__(self, meta: TaskMeta, lifetime: bool = False, *,
                  own_dir: str | None = None) -> None:
@@ -528,6 +575,9 @@ class Entry(Slotted):
         self.short = False  # its waiting producer wants a short answer
         self.early = False  # ... as soon as its lineage is known (before the store)
         self.answered = 0.0  # when that early answer was given (time.monotonic()), or 0
+        # the states the task left its files in (`TaskLog.ended(left=)`): the versions are
+        # taken after its producer went on
+        self.left: dict[str, Any] | None = None
         self.died = False  # its producer went away before it ended (outcome made for it)
         self.records: list | None = None  # its tracer records, once taken (for a retry)
         self.dropped = 0
@@ -639,6 +689,7 @@ class TaskLogFile(Slotted):
                     entry.waited = bool(d.get("w"))
                     entry.short = d.get("w") == 2
                     entry.early = bool(d.get("ea"))
+                    entry.left = d.get("lf")
                 elif "fail" in d and d["fail"] in self.entries:
                     self.entries[d["fail"]].error = d.get("m")
                 elif "started" in d and d["started"] in self.entries:

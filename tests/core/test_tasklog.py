@@ -26,7 +26,7 @@ WORKER = textwrap.dedent('''
     import os, sys, subprocess
     from datetime import datetime, timezone
     from roar_core.pipeline import tracer
-    from roar_core.recording.tasklog import TaskLog
+    from roar_core.recording.tasklog import TaskLog, left_states, trace_mark
     shim = tracer.loaded()
     j = TaskLog(os.environ["ROAR_SESSION_DIR"])
     print("ready", flush=True)
@@ -40,7 +40,26 @@ WORKER = textwrap.dedent('''
                  "untraced_reason": None, "workflow": None, "engine_version": None,
                  "started_at": datetime.now(timezone.utc).isoformat()},
                 lifetime=cmd == "actor")
+        mark = trace_mark()
         shim.begin(run_id)
+        if cmd in ("left", "leftcp"):  # copy args[0] to args[1] and args[2]
+            for out in args[1:]:
+                if cmd == "leftcp":
+                    subprocess.run(["cp", args[0], out], check=True)
+                else:
+                    with open(args[0]) as f, open(out, "w") as g:
+                        g.write(f.read())
+            shim.end()
+            left = left_states(*mark)
+            j.ended(run_id, "COMPLETE", left=left)
+            # The next task, before the recorder has taken the versions: args[2] rewritten
+            # in place, as many bytes.
+            with open(args[2], "rb+") as g:
+                data = g.read()
+                g.seek(0)
+                g.write(data.swapcase())
+            print("done", left is not None, flush=True)
+            continue
         if cmd == "copy":
             with open(args[0]) as f, open(args[1], "w") as g:
                 g.write(f.read())
@@ -117,6 +136,37 @@ def test_follower_records_a_live_worker_and_what_a_killed_one_left(tmp_path, roa
     assert _io(roar, dead.run_id) == ({str(src): _digest(src)}, {str(part): _digest(part)})
     assert follower.pending() == 0
     assert not list(session.iterdir())  # journal and tracer logs recorded, then removed
+
+
+def test_a_version_taken_after_its_producer_went_on_is_the_content_the_task_left(
+        tmp_path, roar):
+    """A producer that goes on before the recorder has taken its task's versions (Airflow's,
+    which hands the task back to Airflow at once) says in its end line what state the task
+    left each written file in, from its own tracer log.  A file rewritten before the
+    recorder gets to it (the next task) is recorded as unknown, never with the next task's
+    bytes; one left alone gets the digest of the bytes the task wrote.  A task that started
+    a process gets no states: its producer must wait instead."""
+    session = tmp_path / "session"
+    session.mkdir()
+    src, kept, rewritten = (tmp_path / n for n in ("src", "kept", "rewritten"))
+    src.write_text("hello world\n")
+    left_by_task = "blake3:" + blake3.blake3(src.read_bytes()).hexdigest()
+    follower = following.Follower(roar, session)
+    w = _worker(session)
+    try:
+        assert _do(w, f"left {src} {kept} {rewritten}") == "done True\n"
+        assert rewritten.read_text() == "HELLO WORLD\n"  # the next task's bytes
+        assert follower.poll() == 1
+        (run,) = roar.store.task_runs(None)
+        outputs = {a.uri: a for a in roar.store.accesses_of(run.run_id) if a.role == "output"}
+        assert outputs[str(kept)].digest == left_by_task
+        assert outputs[str(rewritten)].digest is None
+        assert "changed after the task ended" in outputs[str(rewritten)].note
+        # With a process started in the task, its log alone cannot say what was written.
+        assert _do(w, f"leftcp {src} {tmp_path / 'a'} {tmp_path / 'b'}") == "done False\n"
+    finally:
+        w.kill()
+        w.wait()
 
 
 def test_recover_without_a_follower_and_lifetime_tasks(tmp_path, roar):

@@ -136,6 +136,40 @@ def test_a_task_writes_the_recorder_settings_again_where_its_session_was_removed
     assert out.stdout.split() == ["True", "False", "True"], out.stderr[-2000:]
 
 
+def test_lineage_the_provider_never_asks_for_is_stored_and_nothing_waits(
+        airflow_home: AirflowHome, tmp_path: Path) -> None:
+    """The provider sends events but not for roar's operators (`disabled_for_operators`):
+    nobody asks for their lineage.  The tasks do not wait for it, the recorder stores it,
+    and no FIFO of a wait is left in the worker's session."""
+    from roar_core.pipeline.store import Store
+
+    env = preloaded(airflow_home.env(
+        tmp_path, AIRFLOW__OPENLINEAGE__DISABLED_FOR_OPERATORS=(
+            "roar_airflow.decorators.roar._RoarDecoratedOperator;"
+            "roar_airflow.operators.roar.RoarBashOperator")))
+    session = Path(env["ROAR_SESSION_DIR"])
+    data = Path(env["ROAR_TEST_AIRFLOW_DATA"])
+    try:
+        proc = airflow_home.airflow(env, "dags", "test", "roar_etl", check=False, timeout=400)
+        log = proc.stdout + proc.stderr
+        assert "roar: boundary mode" in log
+        transform = log.split("<TaskInstance: roar_etl.transform ")[1].split(
+            "[DAG TEST] running task")[0]
+        assert "roar: ended" in transform and "roar: recorded" not in transform  # no wait
+        assert list(session.glob("wait-*")) == []
+        deadline = time.monotonic() + 60  # the recorder stores in its own time
+        while True:
+            with Store.open(home=tmp_path / "roar") as store:
+                writers = {run.job_name for a, run in store.accesses_of_uri(
+                    str(data / "clean.csv")) if a.role == "output"}
+            if writers or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+    finally:
+        stop_recorder_services(tmp_path)
+    assert writers == {"roar_etl.transform"}
+
+
 def test_plugin_warms_only_a_traced_process(airflow_home: AirflowHome, tmp_path: Path) -> None:
     """Loaded in the scheduler, the plugin imports the task path there when the scheduler
     runs with the tracer, and writes its session's recorder settings, so forked tasks

@@ -12,10 +12,17 @@ Three ways a task can run, picked per task at execute time (`RoarHook.mode`):
 * untraced   -- the tracer cannot work here (missing, refused by the loader): the task runs
   as usual and is recorded as untraced, with the reason.
 
-In every mode the task process appends the task's begin and end to its task log and waits
-for the session's recorder process (roar_core.recording: one warm recorder for all the
-worker's task processes) to answer with the lineage, which the provider needs before the
-task process exits: a FIFO wake-up, not a cold start.
+In every mode the task process appends the task's begin and end to its task log, and the
+session's recorder process (roar_core.recording: one warm recorder for all the worker's task
+processes) answers with the lineage, which the provider needs before the task process exits:
+a FIFO wake-up, not a cold start.  The versions must be those the task left, and once
+Airflow has the task's state a downstream task may rewrite its files: so the task waits for
+the answer at its end, unless its end line can say in which state it left each file it may
+have written (boundary mode, no process started in the task: its own tracer log names
+them).  Then the recorder checks each version it takes against that state (another one:
+unknown), and the task waits only when the provider asks for the lineage, after Airflow's
+own end of the task (its XCom and state sent to the API server), which the recorder's work
+overlaps.
 
 Identity follows the OpenLineage provider exactly (job `<dag_id>.<task_id>`, its run ids for
 task and DAG run), so what roar stores and what the provider emits name the same runs.
@@ -24,6 +31,7 @@ Nothing here hashes, classifies or builds events: that is roar-core's.
 
 from __future__ import annotations
 
+import atexit
 import enum
 import glob
 import os
@@ -50,6 +58,9 @@ SUBPROCESS_PLUMBING = "venv-call"
 # to start (~1 s of imports).  Past it the task goes on without lineage in its events; the
 # recorder still records it.
 WAIT_S = 30.0
+# The provider asks for the lineage in a child it gives `[openlineage] execution_timeout`
+# (10 s) and then kills, events unsent: the wait there must end well before.
+PROVIDER_WAIT_SHARE = 0.8
 RECORDER_IDLE_EXIT_S = 600.0  # a worker's recorder waits this long for its next task
 
 
@@ -93,6 +104,13 @@ class TaskRun:
     roar_seconds: float = 0.0  # time roar spent on the task's critical path
     begin_seconds: float = 0.0  # of which at its begin (the rest: its end, the answer's wait)
     recorded_by: str = "recorder"
+    status: str | None = None  # as it ended
+    log_from: tuple[str, int] | None = None  # the shim's log and where the task began in it
+    # Ended, its answer not taken yet: the log it ended in (the provider may ask in a
+    # process forked from the task's, whose own task log it is not) and the FIFO the
+    # recorder pokes once it has answered.
+    ended_in: TaskLog | None = None
+    answer_fd: int | None = None
 
     @property
     def run_id(self) -> str:
@@ -113,6 +131,10 @@ class Settings:
 # Per process: Airflow forks a new task process from its worker for every task, and
 # `airflow dags test` runs all tasks in one process.
 _TASKS: tuple[int, str, TaskLog] | None = None
+# Tasks ended whose answer nobody took (the provider did not ask): their FIFOs, closed
+# and removed at the next task's end or at exit.
+_UNANSWERED: dict[str, tuple[int, TaskRun]] = {}
+_AT_EXIT_PID: int | None = None
 _SETTINGS: Settings | None = None
 _CONFIG: Config | None = None
 
@@ -144,7 +166,7 @@ class RoarHook(BaseHook):
 
     def begin(self, context: Any, mode: Mode, untraced_reason: str | None = None) -> TaskRun:
         from roar_core.pipeline import tracer
-        from roar_core.recording import recorder
+        from roar_core.recording import recorder, tasklog
 
         t0 = time.perf_counter()
         cfg = _config()
@@ -176,6 +198,7 @@ class RoarHook(BaseHook):
         except OSError as e:  # recorded at the task's end, in this process
             self.log.warning("roar: cannot start the recorder process: %s", e)
         if mode is Mode.BOUNDARY:
+            run.log_from = tasklog.trace_mark()
             tracer.loaded().begin(ident.run_id)
         run.begin_seconds = time.perf_counter() - t0
         run.roar_seconds += run.begin_seconds
@@ -189,20 +212,48 @@ class RoarHook(BaseHook):
             return dict(os.environ if base is None else base)
         return tracer.preload_env(run.session, tag=run.run_id, base=base)
 
-    def end(self, run: TaskRun, status: str, error: str | None = None) -> TaskRun:
-        """Close the task and wait for its lineage (the provider asks for it next)."""
+    def end(self, run: TaskRun, status: str, error: str | None = None, *,
+            wait: bool = True) -> TaskRun:
+        """Close the task: its end line asks the recorder for its lineage at once.  `wait`
+        False: where the task's files can be checked later, wait for it only in `answer`
+        (the provider asks for it after Airflow's own end of the task, which the recorder's
+        work overlaps); else, and with `wait`, now."""
+        t0 = time.perf_counter()
+        left = None
+        if run.mode is Mode.BOUNDARY:
+            from roar_core.pipeline import tracer
+            from roar_core.recording import tasklog
+
+            tracer.loaded().end()
+            if not wait and run.log_from is not None:
+                left = tasklog.left_states(*run.log_from)
+        tasks = run.ended_in = _task_log(run.directory)
+        run.status = status
+        # Early: the provider needs the lineage, not the store's commit of it.
+        run.answer_fd = tasks.ended(run.run_id, status, error=error, wait=True, early=True,
+                                    left=left)
+        run.roar_seconds += time.perf_counter() - t0
+        if left is None:
+            # The recorder must take the versions before Airflow hears of the task's end
+            # (and may start a task that rewrites them): the task waits for them now.
+            self.answer(run)
+        else:
+            _unanswered(run)
+        return run
+
+    def answer(self, run: TaskRun, timeout: float = WAIT_S) -> Result:
+        """The ended task's lineage, waited for up to `timeout` if the recorder has not
+        answered yet (then: a failed Result saying so; the recorder records it later)."""
         from roar_core.recording import recorder
         from roar_core.recording.tasklog import Result
 
+        if run.result is not None:
+            return run.result
         t0 = time.perf_counter()
-        if run.mode is Mode.BOUNDARY:
-            from roar_core.pipeline import tracer
-
-            tracer.loaded().end()
-        tasks = _task_log(run.directory)
-        # Early: the provider needs the lineage, not the store's commit of it.
-        fd = tasks.ended(run.run_id, status, error=error, wait=True, early=True)
-        recorded = tasks.wait_for(run.run_id, fd, WAIT_S)
+        tasks = run.ended_in or _task_log(run.directory)
+        fd, run.answer_fd = run.answer_fd, None
+        _UNANSWERED.pop(run.run_id, None)
+        recorded = tasks.wait_for(run.run_id, fd, timeout)
         if not recorded and not recorder.running(run.directory):
             # No recorder could start: the last resort, recording here.
             self.log.warning("roar: no recorder process for %s; recording in the task "
@@ -215,10 +266,10 @@ class RoarHook(BaseHook):
             run.recorded_by = "in-process"
         found = tasks.results.get(run.run_id)
         run.result = Result(found) if found is not None else Result.failed(
-            status, f"not recorded within {WAIT_S:.0f} s (the recorder records it later; "
-            "see recorder.log in the session)")
+            run.status or "FAIL", f"not recorded within {timeout:.0f} s (the recorder records "
+            "it later; see recorder.log in the session)")
         run.roar_seconds += time.perf_counter() - t0
-        return run
+        return run.result
 
 
 # ---- configuration, identity, internals (plain functions) -----------------------------
@@ -231,6 +282,13 @@ def provider_emits() -> bool:
     except ImportError:
         return False
     return not ol_conf.is_disabled()
+
+
+def provider_wait_s() -> float:
+    """How long the provider's request for a task's lineage may wait for the answer."""
+    from airflow.providers.openlineage import conf as ol_conf
+
+    return min(WAIT_S, PROVIDER_WAIT_SHARE * ol_conf.execution_timeout())
 
 
 def settings() -> Settings:
@@ -259,6 +317,26 @@ def _config() -> Config:
         cfg = config.load(cwd=Path(st.cwd), **st.overrides)
         _CONFIG = cfg.replace(exclude=(*cfg.exclude, *st.exclude))
     return _CONFIG
+
+
+def _unanswered(run: TaskRun) -> None:
+    """Note the ended task's FIFO; let go of those of this process's earlier tasks (`airflow
+    dags test` runs every task in one process) whose answer nobody took."""
+    global _AT_EXIT_PID
+    _let_go_all()
+    if run.answer_fd is not None:
+        _UNANSWERED[run.run_id] = (os.getpid(), run)
+        if _AT_EXIT_PID != os.getpid():  # (Airflow clears atexit in the processes it forks)
+            atexit.register(_let_go_all)
+            _AT_EXIT_PID = os.getpid()
+
+
+def _let_go_all() -> None:
+    for pid, run in _UNANSWERED.values():
+        fd, run.answer_fd = run.answer_fd, None
+        if pid == os.getpid() and fd is not None and run.ended_in is not None:
+            run.ended_in.done_waiting(run.run_id, fd)
+    _UNANSWERED.clear()
 
 
 def _task_log(directory: Path) -> TaskLog:

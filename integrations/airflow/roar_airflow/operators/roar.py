@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.standard.operators.bash import BashOperator
 from airflow.providers.standard.operators.python import ExternalPythonOperator, PythonOperator
 
-from roar_airflow.hooks.roar import Mode, RoarHook, TaskRun
+from roar_airflow.hooks.roar import Mode, RoarHook, TaskRun, provider_emits, provider_wait_s
 from roar_airflow.version_compat import Asset, AssetAlias, BaseOperator
 
 if TYPE_CHECKING:
@@ -92,13 +92,21 @@ class RoarOperatorMixin(BaseOperator):
 
     def _roar_end(self, hook: RoarHook, run: TaskRun, status: str,
                   error: str | None = None) -> None:
+        # The provider asks for the lineage once Airflow has sent the task's XCom and state:
+        # the task may wait for it then, not now (the hook says whether it can).  Its asset
+        # events are needed now, and without the provider nobody asks.
+        wait = bool(self.roar_asset_alias) or not provider_emits()
         try:
-            hook.end(run, status, error=error)
+            hook.end(run, status, error=error, wait=wait)
         except Exception as e:  # lineage must never fail the task
             self.log.error("roar: lineage of this task lost: %s: %s", type(e).__name__, e,
                            exc_info=True)
             return
-        self._roar_log(run)
+        if run.result is not None:
+            self._roar_log(run)
+        else:
+            self.log.info("roar: ended; the recorder takes the task's versions while Airflow "
+                          "ends it (files changed before it does are recorded as unknown)")
 
     def _roar_log(self, run: TaskRun) -> None:
         r = run.result
@@ -126,8 +134,12 @@ class RoarOperatorMixin(BaseOperator):
         return self._roar_lineage()  # what the task did before it failed
 
     def _roar_lineage(self) -> OperatorLineage:
+        run = self._roar_run
+        if run is not None and run.result is None:
+            RoarHook(logger_name=self.log.name).answer(run, timeout=provider_wait_s())
+            self._roar_log(run)
         t0 = time.perf_counter()
-        lineage = operator_lineage(self._roar_run)
+        lineage = operator_lineage(run)
         self.log.info("roar: reported %d inputs, %d outputs to OpenLineage in %.1f ms",
                       len(lineage.inputs), len(lineage.outputs),
                       (time.perf_counter() - t0) * 1e3)
