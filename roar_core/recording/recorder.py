@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from roar_core.recording import tasklog
-from roar_core.recording.sessions import lock_held, short_slice, yield_cpu
+from roar_core.recording.sessions import lock_held, no_wakeup_preemption, yield_cpu
 
 TYPE_CHECKING = False  # not typing's (see roar_core.slotted)
 if TYPE_CHECKING:
@@ -241,7 +241,7 @@ def main(argv: list[str]) -> int:
     imported = set(sys.modules) if os.environ.get("ROAR_DEBUG") else None
     settings = read_settings(directory)
     if settings.get("waited"):
-        short_slice()  # a task process waits for each answer
+        no_wakeup_preemption()  # at the producers' priority: they wait for answers
     else:
         yield_cpu()  # the tasks come first; who needs the lineage waits for it to catch up
     import logging
