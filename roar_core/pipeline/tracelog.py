@@ -343,7 +343,8 @@ _ONTO = frozenset(OP[n] for n in ("rename", "link"))
 
 def written_since(path: str | os.PathLike, offset: int) -> set[bytes] | None:
     """Every path a process may have written since `offset` of its log (its own, read as
-    it runs): opened to write, created or truncated, renamed or linked onto.  None where
+    it runs): opened to write, created or truncated, renamed or linked onto, closed
+    modified (a descriptor opened before `offset`).  None where
     the log alone cannot say: records lost, or a process started (its writes are in a
     log of its own), or a path relative to a directory the tracer could not name."""
     log = read_log(path, start=offset, final=False)
@@ -359,12 +360,12 @@ def written_since(path: str | os.PathLike, offset: int) -> set[bytes] | None:
                 written.add(r.path)
         elif op in _ONTO:
             written.add(r.path2)
-        elif op == _TRUNCATE:
+        elif op == _TRUNCATE or (op == _CLOSE and r.rflags & RF_MODIFIED):
             written.add(r.path)
     return written
 
 
-_OPEN, _TRUNCATE = OP["open"], OP["truncate"]
+_OPEN, _TRUNCATE, _CLOSE = OP["open"], OP["truncate"], OP["close"]
 
 
 def log_files(session_dir: str | os.PathLike, since_mono_ns: int | None = None,

@@ -40,8 +40,16 @@ WORKER = textwrap.dedent('''
                  "untraced_reason": None, "workflow": None, "engine_version": None,
                  "started_at": datetime.now(timezone.utc).isoformat()},
                 lifetime=cmd == "actor")
+        held = open(args[0], "a") if cmd == "leftheld" else None  # opened before the task
         mark = trace_mark()
         shim.begin(run_id)
+        if held is not None:  # written and closed in the task
+            held.write("more\\n")
+            held.close()
+            shim.end()
+            j.ended(run_id, "COMPLETE", left=left_states(*mark))
+            print("done", flush=True)
+            continue
         if cmd in ("left", "leftcp"):  # copy args[0] to args[1] and args[2]
             for out in args[1:]:
                 if cmd == "leftcp":
@@ -164,6 +172,14 @@ def test_a_version_taken_after_its_producer_went_on_is_the_content_the_task_left
         assert "changed after the task ended" in outputs[str(rewritten)].note
         # With a process started in the task, its log alone cannot say what was written.
         assert _do(w, f"leftcp {src} {tmp_path / 'a'} {tmp_path / 'b'}") == "done False\n"
+        # A file opened before the task began, written and closed in it, is known too.
+        log = tmp_path / "log"
+        log.write_text("first\n")
+        assert _do(w, f"leftheld {log}") == "done\n"
+        assert follower.poll() == 2  # (leftcp's too)
+        (held,) = [r for r in roar.store.task_runs(None) if r.job_name == "w.leftheld"]
+        (out,) = [a for a in roar.store.accesses_of(held.run_id) if a.role == "output"]
+        assert out.uri == str(log) and out.digest == _digest(log)
     finally:
         w.kill()
         w.wait()
