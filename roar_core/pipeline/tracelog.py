@@ -314,18 +314,9 @@ class LiveLog:
 
 
 def read_header(path: str | os.PathLike) -> LogHeader:
-    """Only the header of a log (which process wrote it), without mapping the records."""
-    path = Path(path)
-    try:
-        with open(path, "rb") as f:
-            return _header(f.read(_HEADER.size), path)
-    except OSError as e:
-        raise _unreadable(path, e) from None
-
-
-def reserved(path: str | os.PathLike) -> int:
-    """Where a log's next record goes (its header's `reserved`): a process marking where a
-    task begins in its own log reads only that (os calls: no file object)."""
+    """Only the header of a log (which process wrote it, where its next record goes),
+    without mapping the records.  os calls, no file object: a process marking where a task
+    begins in its own log reads it on the task's path."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
@@ -334,7 +325,7 @@ def reserved(path: str | os.PathLike) -> int:
             os.close(fd)
     except OSError as e:
         raise _unreadable(Path(path), e) from None
-    return _header(buf, Path(path)).reserved
+    return _header(buf, Path(path))
 
 
 _STARTS = frozenset(OP[n] for n in ("fork", "spawn", "exec", "exec_fail"))

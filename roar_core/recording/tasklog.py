@@ -109,7 +109,7 @@ def trace_mark() -> tuple[str, int] | None:
     if path is None:
         return None
     try:
-        return str(path), tracelog.reserved(path)
+        return str(path), tracelog.read_header(path).reserved
     except tracelog.TraceLogError:
         return None
 
