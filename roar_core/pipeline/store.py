@@ -408,11 +408,14 @@ class Store:
     @contextmanager
     def _errors_as(self, what: str) -> Iterator[None]:
         """Database errors as one-line StoreErrors saying `what` failed (and where)."""
+        # The driver's own errors too: a few hot statements run on its cursor directly
+        # (`lineage.latest_per_path`), outside SQLAlchemy's wrapping.
+        driver = self._engine.dialect.loaded_dbapi
         try:
             yield
-        except IntegrityError as exc:
+        except (IntegrityError, driver.IntegrityError) as exc:
             raise StoreError(f"{what}: {_one_line(exc)}") from exc
-        except SQLAlchemyError as exc:
+        except (SQLAlchemyError, driver.Error) as exc:
             raise StoreError(f"{what} in {self._where}: {_one_line(exc)}") from exc
 
     def _write_later(self, write: Callable[[], None]) -> None:
@@ -948,10 +951,7 @@ def _record_accesses(
     # The producers of what it read, before its own rows go in: the query leaves the
     # reader's own versions out, so they could not change its answer.
     read = {a.digest for a in inputs}
-    candidates = (
-        _lineage.latest_per_path(conn, read, task_run_id, started_at)
-        if read and _any_produced(conn, read) else {}
-    )
+    candidates = _lineage.latest_per_path(conn, read, task_run_id, started_at) if read else {}
     sizes: dict[str, int | None] = {}
     for a in checked:
         if a.digest:
@@ -1006,30 +1006,6 @@ def _record_accesses(
     else:
         write(rows)
     return records
-
-
-# Most inputs are sources no recorded run wrote (a workflow's shared input, read by every
-# job): one indexed lookup each tells, where the ranked query of their producers cost
-# ~50 us to find nothing.  Compiled once per dialect, run through the driver.
-_PRODUCED = text(f"SELECT 1 FROM {_VERSIONS.name} WHERE digest = :digest"
-                 " AND producer_run_id IS NOT NULL LIMIT 1")
-_FEW_DIGESTS = 4  # more than this: the ranked query at once
-
-
-@functools.cache
-def _produced_sql(dialect: Any) -> tuple[str, bool]:
-    compiled = _PRODUCED.compile(dialect=dialect)
-    return compiled.string, compiled.positional
-
-
-def _any_produced(conn: Connection, digests: set[str]) -> bool:
-    """Whether some run is recorded writing one of these contents (False: none can be a
-    producer, and the reader's candidates are none)."""
-    if len(digests) > _FEW_DIGESTS:
-        return True
-    sql, positional = _produced_sql(conn.dialect)
-    return any(conn.exec_driver_sql(sql, (d,) if positional else {"digest": d}).first()
-               for d in digests)
 
 
 def _task_run_row(run: TaskRun) -> dict[str, Any]:

@@ -494,6 +494,52 @@ def test_input_copied_outside_roar_keeps_its_name_and_matches_as_an_inferred_edg
                 .runs.values()} == {"report"}
 
 
+def test_a_readers_producers_are_the_same_through_the_driver_as_through_sqlalchemy(
+    store: Store, tmp_path: Path
+) -> None:
+    """`latest_per_path` runs its statement on the driver's cursor for a few contents (its
+    own parameters, times converted by hand) and through SQLAlchemy for many: both must
+    find the same candidates, among versions written twice under one path, a run that
+    started after the reader, one at the very microsecond it started, and its own."""
+    from roar_core import lineage
+
+    paths = [str(tmp_path / f"p{i}") for i in range(3)]
+    at = T0 + timedelta(minutes=30, microseconds=123457)
+    reader = str(uuid.uuid4())
+    store.start_task_run(TaskRun(reader, "cli", "test", "reader", at))
+    for minute, out in [(1, [(paths[0], D0), (paths[1], D0)]), (2, [(paths[0], D0)]),
+                        (3, [(paths[2], D1)]), (40, [(paths[1], D1), (paths[0], D2)]),
+                        (5, [(paths[1], D2)])]:
+        run_id = task(store, f"w{minute}", minute)
+        store.record_accesses(run_id, [Access(p, "output", d) for p, d in out])
+    tie = str(uuid.uuid4())  # started at the reader's very start: a possible producer
+    store.start_task_run(TaskRun(tie, "cli", "test", "tie", at))
+    store.record_accesses(tie, [Access(paths[2], "output", D3)])
+    store.record_accesses(reader, [Access(paths[1], "output", D3)])
+    # The reader's start as another zone gives it: the same instant.
+    there = at.astimezone(timezone(timedelta(hours=2)))
+    everything = (D0, D1, D2, D3, digest(0xEE))
+
+    def key(found: dict) -> list:
+        return sorted((d, c.uri, c.version_id, c.run.run_id, c.run.started_at)
+                      for d, cs in found.items() for c in cs)
+
+    with store._transaction("test", write=False) as conn:
+        for digests in [everything, (D0,), (D3,), (digest(0xEE),), (D1, D2)]:
+            fast = lineage.latest_per_path(conn, digests, reader, there)
+            slow = lineage._candidates(conn, lineage._LATEST_PER_PATH, digests,
+                                       reader=reader, started_by=there)
+            assert key(fast) == key(slow), digests
+        found = lineage.latest_per_path(conn, everything, reader, there)
+    # The later of two versions under one path; nothing from after the reader began, nor
+    # from the reader; the run of the same microsecond.
+    assert {(c.uri, c.run.job_name) for c in found[D0]} == {(paths[0], "w2"), (paths[1], "w1")}
+    assert [c.run.job_name for c in found[D1]] == ["w3"]
+    assert [c.run.job_name for c in found[D2]] == ["w5"]
+    assert [(c.run.job_name, c.run.started_at) for c in found[D3]] == [("tie", at)]
+    assert found[D3][0].run.started_at.tzinfo is not None
+
+
 def test_unwritable_home_is_a_one_line_store_error(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
