@@ -368,6 +368,11 @@ class Hasher:
         if self._held is None:
             self._held = []
 
+    @property
+    def holding(self) -> bool:
+        """Whether its stat cache entries are held (`hold_cache`)."""
+        return self._held is not None
+
     def write_cache(self) -> None:
         held, self._held = self._held, None
         if held and self.cache is not None:

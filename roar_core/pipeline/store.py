@@ -45,7 +45,6 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
-from sqlalchemy.sql.dml import Update
 
 from roar_core import lineage as _lineage
 from roar_core.lineage import LineageGraph
@@ -480,7 +479,7 @@ class Store:
     def start_task_run(self, run: TaskRun) -> None:
         row = _task_run_row(run)
         with self._transaction(f"cannot record task run {run.run_id}", write=True) as conn:
-            conn.execute(insert(_TASK_RUNS), row)
+            _NEW_TASK_RUN.run(conn, [tuple(row[c] for c in _NEW_TASK_RUN.columns)])
 
 
     def finish_task_run(
@@ -532,9 +531,8 @@ class Store:
                 _NEW_TASK_RUN.run(conn, [tuple(row[c] for c in _NEW_TASK_RUN.columns)])
                 return (_record_accesses(conn, run_id, checked, started.started_at, later)
                         if checked else [])
-            done = conn.execute(
-                _finish_task(tuple(sorted(values))), {**values, "finished_run_id": run_id}
-            )
+            done = _finish_task(tuple(sorted(values))).run(
+                conn, {**values, "finished_run_id": run_id})
             if done.rowcount == 0:
                 raise StoreError(f"unknown task run {run_id}")
             return _record_accesses(conn, run_id, checked, write=later) if checked else []
@@ -901,6 +899,53 @@ class _Bulk:
             cursor.close()
 
 
+class _Ran(NamedTuple):
+    rowcount: int
+    rows: list[tuple[Any, ...]]  # a query's, its values as the columns' types give them
+
+
+class _Direct:
+    """One statement with named parameters, run for one row through the driver itself
+    (as `_Bulk` runs many): compiled once per dialect, its parameters and a query's
+    results converted by their columns' types.  A task's start, its end's update and
+    the query of its start each took ~50 us more through SQLAlchemy's execution."""
+
+    def __init__(self, stmt: Any) -> None:
+        self.stmt = stmt
+        self._plans: dict[str, tuple[str, tuple[str, ...] | None, dict[str, Any], list]] = {}
+
+    def _plan(self, conn: Connection) -> tuple[str, tuple[str, ...] | None, dict, list]:
+        dialect = conn.dialect
+        plan = self._plans.get(dialect.name)
+        if plan is None:
+            compiled = self.stmt.compile(dialect=dialect)
+            order = tuple(compiled.positiontup) if compiled.positional else None
+            # dialect_impl: see `_Bulk._plan`.
+            procs = {n: proc for n, b in compiled.binds.items()
+                     if (proc := b.type.dialect_impl(dialect).bind_processor(dialect))
+                     is not None}
+            results = [c.type.dialect_impl(dialect).result_processor(dialect, None)
+                       for c in getattr(self.stmt, "selected_columns", ())]
+            plan = self._plans[dialect.name] = (compiled.string, order, procs, results)
+        return plan
+
+    def run(self, conn: Connection, params: dict[str, Any]) -> _Ran:
+        sql, order, procs, results = self._plan(conn)
+        values = {n: (v if (proc := procs.get(n)) is None or v is None else proc(v))
+                  for n, v in params.items()}
+        cursor = conn.connection.cursor()
+        try:
+            cursor.execute(sql, values if order is None else tuple(values[n] for n in order))
+            if not results:
+                return _Ran(cursor.rowcount, [])
+            rows = [tuple(v if proc is None or v is None else proc(v)
+                          for proc, v in zip(results, row, strict=True))
+                    for row in cursor.fetchall()]
+            return _Ran(len(rows), rows)
+        finally:
+            cursor.close()
+
+
 # Reads of a path keep one row per content there (producer NULL), moved forward on every
 # read; the partial unique index makes concurrent first reads collapse too.
 _NEW_ARTIFACT = _Bulk(_upsert(ArtifactRow.__table__, "DO NOTHING"), ArtifactRow.__table__)
@@ -921,13 +966,14 @@ assert _PRODUCED_VERSION.columns == (
 assert _ACCESS.columns == ("task_run_id", "uri", "digest", "role", "size", "mtime_ns",
                            "path_read", "dataset_namespace", "dataset_name", "version_note",
                            "object_version")
-_STARTED_AT = select(_TASK_RUNS.c.started_at).where(_TASK_RUNS.c.run_id == bindparam("run_id"))
+_STARTED_AT = _Direct(select(_TASK_RUNS.c.started_at)
+                      .where(_TASK_RUNS.c.run_id == bindparam("run_id")))
 
 
 @functools.cache
-def _finish_task(columns: tuple[str, ...]) -> Update:
+def _finish_task(columns: tuple[str, ...]) -> _Direct:
     # One statement per set of columns updated (a handful): built and compiled once.
-    return (
+    return _Direct(
         update(_TASK_RUNS)
         .where(_TASK_RUNS.c.run_id == bindparam("finished_run_id"))
         .values({c: bindparam(c) for c in columns})
@@ -952,7 +998,8 @@ def _record_accesses(
     outputs = _unique_sorted(a for a in checked if a.role == "output" and a.digest)
     now = _utcnow()
     if started_at is None:
-        started_at = conn.execute(_STARTED_AT, {"run_id": task_run_id}).scalar_one_or_none()
+        found = _STARTED_AT.run(conn, {"run_id": task_run_id}).rows
+        started_at = found[0][0] if found else None
     if started_at is None:
         raise StoreError(f"unknown task run {task_run_id}")
     # The producers of what it read, before its own rows go in: the query leaves the

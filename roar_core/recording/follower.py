@@ -363,8 +363,9 @@ class Follower:
                        if e.waited and e.early and not e.answered}
         if len(tasks) > 1:  # one commit for all
             try:
-                for _, entry, task in tasks:
-                    task.captured = self._captured(entry, task)
+                with self.roar.writer.cache_held():
+                    for _, entry, task in tasks:
+                        task.captured = self._captured(entry, task)
                 # (Without producers waiting for early answers, no answer is made: a big
                 # task's output datasets are then made while its rows are written.)
                 recorded = self.roar.writer.record_many(

@@ -303,8 +303,8 @@ def test_untraced_runs_are_counted_by_reason_within_their_workflow_run(store: St
 
 
 def test_bulk_rows_store_timestamps_like_every_other_write(store: Store, where: Where) -> None:
-    # File versions and artifacts go through the driver's executemany: their timestamps must
-    # be converted exactly as SQLAlchemy converts the run rows' (SQLite: naive UTC text).
+    # Every row's statement runs on the driver's cursor: its timestamps must be converted
+    # exactly as SQLAlchemy converts them (SQLite: naive UTC text).
     run_id = task(store, "bulk", 0)
     before = datetime.now(timezone.utc)
     store.finish_task_run(run_id, "COMPLETE", T0 + timedelta(minutes=1),
@@ -316,13 +316,17 @@ def test_bulk_rows_store_timestamps_like_every_other_write(store: Store, where: 
     with engine.connect() as conn:
         recorded = conn.exec_driver_sql("SELECT recorded_at FROM file_versions").scalar_one()
         first_seen = conn.exec_driver_sql("SELECT first_seen FROM artifacts").scalar_one()
-        started = conn.exec_driver_sql("SELECT started_at FROM task_runs").scalar_one()
+        started, ended = conn.exec_driver_sql(
+            "SELECT started_at, ended_at FROM task_runs").one()
     engine.dispose()
     if engine.dialect.name == "sqlite":
-        for raw in (recorded, first_seen, started):
+        for raw in (recorded, first_seen, started, ended):
             assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}", raw), raw
     else:
         assert recorded.tzinfo is not None and first_seen.tzinfo is not None
+    # The run's row (its start, then its end's update) read back as written.
+    assert (store.task_run(run_id).started_at, store.task_run(run_id).ended_at) == (
+        T0, T0 + timedelta(minutes=1))
 
 
 def test_a_task_with_thousands_of_files_keeps_every_row(store: Store) -> None:

@@ -146,6 +146,43 @@ def test_follower_records_a_live_worker_and_what_a_killed_one_left(tmp_path, roa
     assert not list(session.iterdir())  # journal and tracer logs recorded, then removed
 
 
+def test_a_pass_writes_its_tasks_stat_cache_entries_in_one_transaction(
+        tmp_path, roar, monkeypatch):
+    """The recorder hashes the files of every task its pass records, then writes their
+    stat cache entries at once: one write transaction per pass, not one per task.  The
+    entries are those of the bytes each task wrote."""
+    session = tmp_path / "session"
+    session.mkdir()
+    src = tmp_path / "src"
+    src.write_text("hello world\n")
+    outs = [tmp_path / n for n in ("a", "b", "c")]
+    follower = following.Follower(roar, session)
+    cache = roar.writer.hasher.cache
+    written: list[list] = []
+    put_many = cache.put_many
+
+    def seen(items) -> None:
+        items = list(items)
+        if items:
+            written.append(items)
+        put_many(items)
+
+    monkeypatch.setattr(cache, "put_many", seen)
+    w = _worker(session)
+    try:
+        for out in outs:
+            assert _do(w, f"copy {src} {out}") == "done\n"
+        assert follower.poll() == 3
+    finally:
+        w.kill()
+        w.wait()
+    assert len(written) == 1  # (this kernel stores fresh entries: see test_hashing)
+    from roar_core.pipeline.statcache import FileState
+
+    found = cache.get_many([FileState.of(os.stat(p)) for p in outs])
+    assert ["blake3:" + d for d in found] == [_digest(p) for p in outs]
+
+
 def test_a_version_taken_after_its_producer_went_on_is_the_content_the_task_left(
         tmp_path, roar):
     """A producer that goes on before the recorder has taken its task's versions (Airflow's,
