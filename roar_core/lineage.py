@@ -257,10 +257,11 @@ def _latest_plan(dialect: Any, n: int) -> _Plan:
     compiled = stmt.compile(dialect=dialect, compile_kwargs={"render_postcompile": True})
     sql = compiled.string
     order = tuple(compiled.positiontup) if compiled.positional else None
-    names = order or tuple(n for n in compiled.construct_params() if f"%({n})s" in sql)
+    # (Not construct_params: SQLAlchemy 2.1 refuses it on a statement compiled this way.)
+    names = order or tuple(dict.fromkeys(re.findall(r"%\((\w+)\)s", sql)))
     digests = tuple(f"digests_{i}" for i in range(1, n + 1))
-    fixed = {k: v for k, v in compiled.construct_params().items()
-             if k in names and k not in digests and k not in ("reader", "started_by")}
+    fixed = {k: compiled.binds[k].effective_value for k in names
+             if k not in digests and k not in ("reader", "started_by")}
     if set(names) != {*fixed, *digests, "reader", "started_by"}:
         raise AssertionError(f"unexpected parameters {names} in {sql}")
     # dialect_impl: the UTC type's own conversion chained with the dialect's (see _Bulk).
