@@ -18,13 +18,14 @@ from __future__ import annotations
 import functools
 import re
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 from sqlalchemy import Connection, bindparam, func, select
 
+from roar_core.pipeline.direct import Direct
 from roar_core.pipeline.store_schema import AccessRow, FileVersionRow, TaskRunRow
 
 Direction = Literal["upstream", "downstream"]
@@ -218,57 +219,23 @@ def latest_per_path(conn: Connection, digests: Iterable[str], reader: str,
     out: dict[str, list[Candidate]] = defaultdict(list)
     if not digests:
         return out
-    plan = _latest_plan(conn.dialect, len(digests))
-    params = dict(plan.fixed, reader=reader, started_by=plan.bind(started_by))
-    params.update(zip(plan.digests, digests, strict=True))
-    if plan.order is not None:
-        params = tuple(params[n] for n in plan.order)  # type: ignore[assignment]
-    started = plan.started
-    # The driver's own cursor, in the connection's transaction: SQLAlchemy's execution
-    # context around even a textual statement cost 4 times the statement (~70 us).
-    cursor = conn.connection.cursor()
-    try:
-        cursor.execute(plan.sql, params)
-        rows = cursor.fetchall()
-    finally:
-        cursor.close()
-    for uri, digest, version_id, run_id, job_name, status, at, _ in rows:
+    params: dict[str, Any] = {f"digests_{i}": d for i, d in enumerate(digests, 1)}
+    params.update(reader=reader, started_by=started_by)
+    for uri, digest, version_id, run_id, job_name, status, at, _ in \
+            _latest_of(len(digests)).run(conn, params).rows:
         out[digest].append(Candidate(uri, digest, version_id,
-                                     RunNode(run_id, job_name, status, started(at))))
+                                     RunNode(run_id, job_name, status, at)))
     return out
 
 
 _FEW = 16  # digests: at most this many, `latest_per_path` runs its statement directly
 
 
-class _Plan(NamedTuple):
-    sql: str
-    order: tuple[str, ...] | None  # positional drivers: the parameters' order
-    fixed: dict[str, Any]  # what never changes (the rank)
-    digests: tuple[str, ...]  # the IN list's parameters
-    bind: Callable[[datetime], Any]  # a start time as the driver takes it
-    started: Callable[[Any], datetime]  # and as it gives it back
-
-
 @functools.cache
-def _latest_plan(dialect: Any, n: int) -> _Plan:
-    stmt = _LATEST_PER_PATH.params(digests=[""] * n, reader="",
-                                   started_by=datetime.now(timezone.utc))
-    compiled = stmt.compile(dialect=dialect, compile_kwargs={"render_postcompile": True})
-    sql = compiled.string
-    order = tuple(compiled.positiontup) if compiled.positional else None
-    # (Not construct_params: SQLAlchemy 2.1 refuses it on a statement compiled this way.)
-    names = order or tuple(dict.fromkeys(re.findall(r"%\((\w+)\)s", sql)))
-    digests = tuple(f"digests_{i}" for i in range(1, n + 1))
-    fixed = {k: compiled.binds[k].effective_value for k in names
-             if k not in digests and k not in ("reader", "started_by")}
-    if set(names) != {*fixed, *digests, "reader", "started_by"}:
-        raise AssertionError(f"unexpected parameters {names} in {sql}")
-    # dialect_impl: the UTC type's own conversion chained with the dialect's (see _Bulk).
-    kind = TaskRunRow.__table__.c.started_at.type.dialect_impl(dialect)
-    bind = kind.bind_processor(dialect) or (lambda v: v)
-    started = kind.result_processor(dialect, None) or (lambda v: v)
-    return _Plan(sql, order, fixed, digests, bind, started)
+def _latest_of(n: int) -> Direct:
+    # Rendering the IN list compiles the other parameters too: placeholders, given at run.
+    return Direct(_LATEST_PER_PATH.params(digests=[""] * n, reader="",
+                                          started_by=datetime.now(timezone.utc)), expanded=True)
 
 
 def producer_candidates(conn: Connection, digests: Iterable[str]) -> dict[str, list[Candidate]]:

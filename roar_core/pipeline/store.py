@@ -48,6 +48,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
 from roar_core import lineage as _lineage
 from roar_core.lineage import LineageGraph
+from roar_core.pipeline.direct import Direct, bind_processors
 from roar_core.pipeline.store_records import (
     ROLES,
     STATUSES,
@@ -837,11 +838,7 @@ class _Bulk:
                 compiled.positional and tuple(names) != self.columns
             ):
                 raise AssertionError(f"{self.stmt}: binds {names} are not {self.columns}")
-            # dialect_impl: a TypeDecorator's own bind_processor skips its dialect's
-            # conversion (SQLite's datetime -> text), which SQLAlchemy chains only there.
-            procs = {n: proc for n in names
-                     if (proc := compiled.binds[n].type.dialect_impl(dialect)
-                         .bind_processor(dialect)) is not None}
+            procs = bind_processors(compiled, names)
             # SQLite: the statement around its one VALUES group, to repeat the group per row.
             group = "(" + ", ".join("?" * len(names)) + ")"
             rows = None
@@ -899,53 +896,6 @@ class _Bulk:
             cursor.close()
 
 
-class _Ran(NamedTuple):
-    rowcount: int
-    rows: list[tuple[Any, ...]]  # a query's, its values as the columns' types give them
-
-
-class _Direct:
-    """One statement with named parameters, run for one row through the driver itself
-    (as `_Bulk` runs many): compiled once per dialect, its parameters and a query's
-    results converted by their columns' types.  A task's start, its end's update and
-    the query of its start each took ~50 us more through SQLAlchemy's execution."""
-
-    def __init__(self, stmt: Any) -> None:
-        self.stmt = stmt
-        self._plans: dict[str, tuple[str, tuple[str, ...] | None, dict[str, Any], list]] = {}
-
-    def _plan(self, conn: Connection) -> tuple[str, tuple[str, ...] | None, dict, list]:
-        dialect = conn.dialect
-        plan = self._plans.get(dialect.name)
-        if plan is None:
-            compiled = self.stmt.compile(dialect=dialect)
-            order = tuple(compiled.positiontup) if compiled.positional else None
-            # dialect_impl: see `_Bulk._plan`.
-            procs = {n: proc for n, b in compiled.binds.items()
-                     if (proc := b.type.dialect_impl(dialect).bind_processor(dialect))
-                     is not None}
-            results = [c.type.dialect_impl(dialect).result_processor(dialect, None)
-                       for c in getattr(self.stmt, "selected_columns", ())]
-            plan = self._plans[dialect.name] = (compiled.string, order, procs, results)
-        return plan
-
-    def run(self, conn: Connection, params: dict[str, Any]) -> _Ran:
-        sql, order, procs, results = self._plan(conn)
-        values = {n: (v if (proc := procs.get(n)) is None or v is None else proc(v))
-                  for n, v in params.items()}
-        cursor = conn.connection.cursor()
-        try:
-            cursor.execute(sql, values if order is None else tuple(values[n] for n in order))
-            if not results:
-                return _Ran(cursor.rowcount, [])
-            rows = [tuple(v if proc is None or v is None else proc(v)
-                          for proc, v in zip(results, row, strict=True))
-                    for row in cursor.fetchall()]
-            return _Ran(len(rows), rows)
-        finally:
-            cursor.close()
-
-
 # Reads of a path keep one row per content there (producer NULL), moved forward on every
 # read; the partial unique index makes concurrent first reads collapse too.
 _NEW_ARTIFACT = _Bulk(_upsert(ArtifactRow.__table__, "DO NOTHING"), ArtifactRow.__table__)
@@ -966,14 +916,14 @@ assert _PRODUCED_VERSION.columns == (
 assert _ACCESS.columns == ("task_run_id", "uri", "digest", "role", "size", "mtime_ns",
                            "path_read", "dataset_namespace", "dataset_name", "version_note",
                            "object_version")
-_STARTED_AT = _Direct(select(_TASK_RUNS.c.started_at)
+_STARTED_AT = Direct(select(_TASK_RUNS.c.started_at)
                       .where(_TASK_RUNS.c.run_id == bindparam("run_id")))
 
 
 @functools.cache
-def _finish_task(columns: tuple[str, ...]) -> _Direct:
+def _finish_task(columns: tuple[str, ...]) -> Direct:
     # One statement per set of columns updated (a handful): built and compiled once.
-    return _Direct(
+    return Direct(
         update(_TASK_RUNS)
         .where(_TASK_RUNS.c.run_id == bindparam("finished_run_id"))
         .values({c: bindparam(c) for c in columns})
