@@ -70,6 +70,8 @@ _ACK_EVERY = 256
 # Sends of one event that a backend took and did not answer in time (delivery.TooSlow),
 # counted across processes: then it is set aside, and the events behind it go.
 SLOW_TRIES = 5
+# `flush` while another process holds the sender lock: how soon it looks again.
+_BUSY_POLL_S = 0.01
 
 
 class _Outcome(Enum):
@@ -187,8 +189,14 @@ class Spool:
             outcome = self._pass(deadline)
             if outcome in (_Outcome.DONE, _Outcome.HOLD, _Outcome.TIMEOUT) or not retry:
                 break
-            failures += 1
-            delay = self._backoff(failures)
+            if outcome is _Outcome.BUSY:
+                # Another process is sending this backlog (a recorder between its passes):
+                # nothing failed, and its pass ends once it has sent what it found; a
+                # backoff's sleep here (0.25-0.5 s) was most of a Ray job's lineage drain.
+                delay = _BUSY_POLL_S
+            else:
+                failures += 1
+                delay = self._backoff(failures)
             if deadline is not None:
                 delay = min(delay, deadline - time.monotonic())
                 if delay <= 0:

@@ -30,6 +30,7 @@ from roar_core.recording.sessions import lock_held, no_wakeup_preemption, yield_
 
 TYPE_CHECKING = False  # not typing's (see roar_core.slotted)
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
 
 LOCK = "recorder.lock"
@@ -155,17 +156,19 @@ def status_time(directory: Path) -> float:
         return 0.0
 
 
-def wait_recorded(directory: Path, deadline: float) -> bool:
-    """Wait until everything the producers there logged so far is recorded: a recorder
-    pass that began after now has completed (a pass records all it reads).  False at the
-    deadline."""
+def wait_recorded(directories: Sequence[Path], deadline: float) -> list[Path]:
+    """Wait until everything the producers in each directory logged so far is recorded: a
+    recorder pass there that began after now has completed (a pass records all it reads).
+    The directories waited on together; returns those not caught up by the deadline."""
     since = time.time()
-    tasklog.poke(directory / tasklog.WAKE)
-    while time.monotonic() < deadline:
-        if status_time(directory) > since or not tasklog.log_paths(directory):
-            return True
+    for directory in directories:
+        tasklog.poke(directory / tasklog.WAKE)
+    left = list(directories)
+    while True:
+        left = [d for d in left if status_time(d) <= since and tasklog.log_paths(d)]
+        if not left or time.monotonic() >= deadline:
+            return left
         time.sleep(0.01)
-    return False
 
 
 def wait_gone(directory: Path, deadline: float, exited: bool = False) -> bool:

@@ -479,6 +479,31 @@ def test_sending_from_the_callers_thread_never_sleeps_and_backs_off(
     assert [sent_form(e) for e in endpoint.received()] == [sent_form(e) for e in events]
 
 
+def test_flush_waits_out_another_sender_without_a_backoff(
+    make_spool: Callable[..., Spool], endpoint: Endpoint, tmp_path: Path
+) -> None:
+    """A flush that finds another process sending from the spool (a recorder between its
+    passes holds the sender lock) looks again as soon as that sender is done: nothing
+    failed, so no backoff (here one far longer than the flush's timeout, which used to
+    run it out and return with the backlog unsent)."""
+    spool = make_spool(start=False, backoff_initial=30.0, backoff_max=30.0)
+    events = lineage_events()
+    for event in events:
+        assert spool.append(event)
+    other = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import fcntl, os, sys, time
+        fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        print("held", flush=True)
+        time.sleep(0.3)
+        """), str(tmp_path / "spool" / ".sender.lock")], stdout=subprocess.PIPE, text=True)
+    assert other.stdout.readline() == "held\n"
+    result = spool.flush(timeout=10)
+    other.wait()
+    assert result.pending == 0 and result.sent == len(events)
+    assert [sent_form(e) for e in endpoint.received()] == [sent_form(e) for e in events]
+
+
 def test_an_event_too_slow_for_the_backend_is_set_aside_and_the_rest_go(
     endpoint: Endpoint, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

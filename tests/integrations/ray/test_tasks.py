@@ -8,6 +8,7 @@ import signal
 import subprocess
 
 import ray
+import roar_ray
 
 from tests.integrations.ray.helpers import digest, io_of
 from tests.olschema import validate_event
@@ -53,6 +54,37 @@ def test_200_tasks_on_both_nodes_each_own_input_and_output(ray_job):
     assert {f["nodeId"] for f in facets} == set(nodes)
     assert all(f["engine"] == "ray" and f["pid"] > 0 and len(f["engineTaskId"]) == 48
                and f["attempt"] == 0 for f in facets)
+
+
+def test_flush_waits_for_each_node_from_here_or_in_a_task_there(ray_job):
+    """`roar_ray.flush` returns once every node has recorded the tasks that ended: the
+    nodes of the driver's host it waits on itself, a node of another host in a task pinned
+    there (`drain_node`, run here on each node as the driver runs it for one elsewhere).
+    Either way every run is in the store when it returns, the job going on."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    from roar_ray import driver
+
+    def run_tasks(first: int) -> set[str]:
+        pairs = []
+        for i in range(first, first + 60):
+            src, dst = ray_job.data / f"in{i:03d}.txt", ray_job.data / f"out{i:03d}.txt"
+            src.write_text(f"input number {i}\n")
+            pairs.append((str(src), str(dst)))
+        return set(ray.get([reverse.remote(s, d) for s, d in pairs]))
+
+    nodes = run_tasks(0)
+    roar_ray.flush(timeout=60)
+    assert len(ray_job.runs(ray_job.store(), ".reverse")) == 60
+
+    assert run_tasks(60) == nodes
+    root = str(driver._jobs[0].root)
+    drain = ray.remote(num_cpus=0, max_retries=0)(driver.drain_node)
+    answers = ray.get([drain.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+        node, soft=False)).remote(root, 60.0) for node in nodes])
+    assert sorted(a["node"] for a in answers) == sorted(nodes)
+    assert all(a["done"] for a in answers)
+    assert len(ray_job.runs(ray_job.store(), ".reverse")) == 120
+    ray_job.finish()
 
 
 @ray.remote
