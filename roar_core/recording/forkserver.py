@@ -227,6 +227,14 @@ def serve(path: Path, first: Path) -> int:
         return _record(first)
     ident = os.stat(path).st_ino
     _title("roar_core.recording.forkserver", path)
+    # The directory it was started from is that producer's, and may be a scratch one
+    # removed as soon as the producer returns, while this server still imports: where
+    # the first recorder goes is taken now, and the server itself holds no directory.
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        cwd = "/"
+    os.chdir("/")
     # Its children get sessions (and autogroups) of their own; while it imports, the tasks
     # starting beside it come first.
     try:
@@ -241,7 +249,7 @@ def serve(path: Path, first: Path) -> int:
     if threading.active_count() > 1:  # a fork would copy their locks, held or not
         print("roar: threads after the fork server's warm-up: not serving", file=sys.stderr)
         listener.close()
-        return _record(first)
+        return _record(first, cwd)
     try:
         # Serving in a session, and so an autogroup, of its own at the default weight: the
         # niced one above was for the imports; a producer waits for each answer.
@@ -251,10 +259,10 @@ def serve(path: Path, first: Path) -> int:
 
     gc.freeze()  # the imported objects stay out of the children's collections (and pages)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
-    if not _fork(listener, {"dir": os.fspath(first), "cwd": os.getcwd(),
+    if not _fork(listener, {"dir": os.fspath(first), "cwd": cwd,
                             "env": dict(os.environ), "umask": _umask()}):
         listener.close()
-        return _record(first)
+        return _record(first, cwd)
     last = time.monotonic()
     while True:
         if time.monotonic() - last >= IDLE_EXIT_S:
@@ -292,9 +300,16 @@ def serve(path: Path, first: Path) -> int:
         last = time.monotonic()
 
 
-def _record(directory: Path) -> int:
-    """No serving after all: this process is the directory's recorder."""
+def _record(directory: Path, cwd: str | None = None) -> int:
+    """No serving after all: this process is the directory's recorder (in `cwd`, as a
+    forked one would be, where it still exists)."""
     from roar_core.recording import recorder
+
+    if cwd is not None:
+        try:
+            os.chdir(cwd)
+        except OSError:
+            pass
 
     _title("roar_core.recording.recorder", directory)
     return recorder.main([os.fspath(directory)])

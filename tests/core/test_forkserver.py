@@ -96,6 +96,35 @@ def test_a_forked_recorder_records_in_its_producers_environment(tmp_path: Path,
         assert got == {str(out): "blake3:" + blake3.blake3(out.read_bytes()).hexdigest()}
 
 
+def test_a_server_started_from_a_directory_removed_meanwhile_serves(
+        tmp_path: Path, runtime: Path) -> None:
+    """A run from a scratch directory that is removed as soon as it returns (`cd $(mktemp
+    -d) && roar-core run ...; rm -rf` in a script): the fork server it started, still
+    importing then, must not need that directory.  It used to ask for its working
+    directory after its imports and die there, so that run's recorder never started, and
+    every run after it found the dead server's socket, waited for an answer, and started
+    another server."""
+    import shutil
+
+    scratch = tmp_path / "scratch"
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("made in a scratch directory\n")
+    cli = make_cli(tmp_path)
+    cli.env.update(XDG_RUNTIME_DIR=str(runtime))
+    scratch.mkdir()
+    proc = cli("run", "--job", "scratch", "--", "cp", str(data / "a.txt"), str(data / "b.txt"),
+               cwd=scratch)
+    assert proc.returncode == 0, proc.stderr.decode()
+    shutil.rmtree(scratch)
+    out = data / "b.txt"
+    assert _outputs(cli) == {str(out): "blake3:" + blake3.blake3(out.read_bytes()).hexdigest()}
+    server = _wait(lambda: fork_servers(runtime))
+    pid = _run_and_catch_recorder(cli, "after")
+    assert _parent(pid) == server[0], "not forked by the server the first run started"
+    assert fork_servers(runtime) == server
+
+
 def test_a_dead_servers_socket_is_taken_over(tmp_path: Path, runtime: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     from roar_core.recording import forkserver
