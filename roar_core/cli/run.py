@@ -519,10 +519,16 @@ def main_fast(job_name: str | None, argv: list[str]) -> None:
         raise SystemExit(2) from None
     sys.stdout.flush()
     sys.stderr.flush()
-    # The recorder process records the run: nothing here is left to close or flush (no
-    # atexit handler, no thread), and the interpreter's teardown of every module imported
-    # cost ~7 ms of each run (of ~56 for these imports and Python's start, here).
-    exit_like(rc, finalize=threading.active_count() > 1)
+    if rc >= 0 and threading.active_count() == 1:
+        # The recorder process records the run: nothing of roar's is left to close or
+        # flush here, and the interpreter's teardown of every module imported cost ~7 ms
+        # of each run (of ~56 for these imports and Python's start, here).  Exit handlers
+        # registered by whoever embeds this (none of roar's) still run, as at any exit.
+        import atexit
+
+        atexit._run_exitfuncs()
+        exit_like(rc, finalize=False)
+    exit_like(rc)
 
 
 def run_command(roar, argv: list[str], job_name: str | None = None) -> RunResult:
