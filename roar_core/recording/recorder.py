@@ -144,8 +144,14 @@ def start_detached(module: str, args: list[str], log: Path, env: dict[str, str])
     a shell that backgrounds it and exits, so that it is nobody's child, in a session of
     its own (an engine's clean-up of a dying worker's children leaves it alone)."""
     script = '"$@" </dev/null >/dev/null 2>>"$0" &'
-    subprocess.run(["/bin/sh", "-c", script, str(log), sys.executable, "-m", module, *args],
-                   env=env, stdin=subprocess.DEVNULL, start_new_session=True, check=False)
+    # -P (3.11+): `-m` would put the producer's working directory first on the import path,
+    # where a project's own `json.py` or `select.py` shadows the standard library's in the
+    # recorder (the server died of it).  The directory itself stays the working one: the
+    # OpenLineage client finds the project's `openlineage.yml` there.
+    safe = ["-P"] if sys.version_info >= (3, 11) else []
+    subprocess.run(["/bin/sh", "-c", script, str(log), sys.executable, *safe, "-m", module,
+                    *args], env=env, stdin=subprocess.DEVNULL, start_new_session=True,
+                   check=False)
 
 
 def status_time(directory: Path) -> float:

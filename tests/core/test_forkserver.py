@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -123,6 +124,27 @@ def test_a_server_started_from_a_directory_removed_meanwhile_serves(
     pid = _run_and_catch_recorder(cli, "after")
     assert _parent(pid) == server[0], "not forked by the server the first run started"
     assert fork_servers(runtime) == server
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="python -P is 3.11's")
+def test_a_projects_own_modules_never_shadow_the_recorders(tmp_path: Path,
+                                                           runtime: Path) -> None:
+    """A project with a `json.py` at its top (any module named like one of the standard
+    library's): the fork server and recorder started from it import the standard
+    library's, not the project's.  `python -m` puts the working directory first on the
+    import path; there the server died importing the project's module, and the run was
+    not recorded."""
+    cli = make_cli(tmp_path)
+    cli.env.update(XDG_RUNTIME_DIR=str(runtime))
+    marker = tmp_path / "imported"
+    (cli.cwd / "json.py").write_text(
+        f"open({str(marker)!r}, 'w').write('the project json.py')\n"
+        "raise ImportError('the project json.py, not the standard library json')\n")
+    (cli.cwd / "a.txt").write_text("a project with its own json.py\n")
+    assert cli("run", "--job", "shadow", "--", "cp", "a.txt", "b.txt").returncode == 0
+    out = cli.cwd / "b.txt"
+    assert _outputs(cli) == {str(out): "blake3:" + blake3.blake3(out.read_bytes()).hexdigest()}
+    assert not marker.exists()
 
 
 def test_a_dead_servers_socket_is_taken_over(tmp_path: Path, runtime: Path,
