@@ -12,11 +12,10 @@ import sys
 import time
 from pathlib import Path
 
-import blake3
 import pytest
 
 from tests.conftest import fork_servers
-from tests.core.test_cli import _recorders_of, make_cli
+from tests.core.test_cli import _recorders_of, b3, make_cli
 
 
 def _parent(pid: int) -> int:
@@ -94,7 +93,7 @@ def test_a_forked_recorder_records_in_its_producers_environment(tmp_path: Path,
     for cli in (first, second):
         out = cli.cwd / "b.txt"
         got = _outputs(cli)
-        assert got == {str(out): "blake3:" + blake3.blake3(out.read_bytes()).hexdigest()}
+        assert got == {str(out): b3(out)}
 
 
 def test_a_server_started_from_a_directory_removed_meanwhile_serves(
@@ -119,7 +118,7 @@ def test_a_server_started_from_a_directory_removed_meanwhile_serves(
     assert proc.returncode == 0, proc.stderr.decode()
     shutil.rmtree(scratch)
     out = data / "b.txt"
-    assert _outputs(cli) == {str(out): "blake3:" + blake3.blake3(out.read_bytes()).hexdigest()}
+    assert _outputs(cli) == {str(out): b3(out)}
     server = _wait(lambda: fork_servers(runtime))
     pid = _run_and_catch_recorder(cli, "after")
     assert _parent(pid) == server[0], "not forked by the server the first run started"
@@ -143,7 +142,7 @@ def test_a_projects_own_modules_never_shadow_the_recorders(tmp_path: Path,
     (cli.cwd / "a.txt").write_text("a project with its own json.py\n")
     assert cli("run", "--job", "shadow", "--", "cp", "a.txt", "b.txt").returncode == 0
     out = cli.cwd / "b.txt"
-    assert _outputs(cli) == {str(out): "blake3:" + blake3.blake3(out.read_bytes()).hexdigest()}
+    assert _outputs(cli) == {str(out): b3(out)}
     assert not marker.exists()
 
 
@@ -165,7 +164,7 @@ def test_a_dead_servers_socket_is_taken_over(tmp_path: Path, runtime: Path,
     with open(f"/proc/{server[0]}/cmdline", "rb") as f:
         assert os.fsencode(path) in f.read()  # serving on the dead one's socket
     out = cli.cwd / "b.txt"
-    assert _outputs(cli) == {str(out): "blake3:" + blake3.blake3(out.read_bytes()).hexdigest()}
+    assert _outputs(cli) == {str(out): b3(out)}
 
 
 def test_without_a_private_runtime_directory_a_recorder_starts_the_old_way(
@@ -180,7 +179,7 @@ def test_without_a_private_runtime_directory_a_recorder_starts_the_old_way(
         argv = f.read().split(b"\0")
     assert b"roar_core.recording.recorder" in argv  # a fresh interpreter's command line
     out = cli.cwd / "b.txt"
-    assert _outputs(cli) == {str(out): "blake3:" + blake3.blake3(out.read_bytes()).hexdigest()}
+    assert _outputs(cli) == {str(out): b3(out)}
 
 
 def test_a_producer_in_another_mount_namespace_gets_a_server_of_its_own() -> None:

@@ -26,6 +26,7 @@ from openlineage.client.transport.http import HttpConfig, HttpTransport
 
 from roar_core.pipeline import emission as em
 from roar_core.pipeline.spool import Spool
+from roar_core.pipeline.spoolfiles import SENDER_LOCK
 from tests.olschema import validate_event
 
 REPO = Path(__file__).resolve().parents[2]
@@ -496,7 +497,7 @@ def test_flush_waits_out_another_sender_without_a_backoff(
         fcntl.flock(fd, fcntl.LOCK_EX)
         print("held", flush=True)
         time.sleep(0.3)
-        """), str(tmp_path / "spool" / ".sender.lock")], stdout=subprocess.PIPE, text=True)
+        """), str(tmp_path / "spool" / SENDER_LOCK)], stdout=subprocess.PIPE, text=True)
     assert other.stdout.readline() == "held\n"
     result = spool.flush(timeout=10)
     other.wait()
