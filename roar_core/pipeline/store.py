@@ -408,8 +408,8 @@ class Store:
     @contextmanager
     def _errors_as(self, what: str) -> Iterator[None]:
         """Database errors as one-line StoreErrors saying `what` failed (and where)."""
-        # The driver's own errors too: a few hot statements run on its cursor directly
-        # (`lineage.latest_per_path`), outside SQLAlchemy's wrapping.
+        # The driver's own errors too: the recording path's statements run on its cursor
+        # directly (`_Bulk`, `pipeline.direct.Direct`), outside SQLAlchemy's wrapping.
         driver = self._engine.dialect.loaded_dbapi
         try:
             yield
