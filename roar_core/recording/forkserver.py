@@ -227,13 +227,17 @@ def serve(path: Path, first: Path) -> int:
         return _record(first)
     ident = os.stat(path).st_ino
     _title("roar_core.recording.forkserver", path)
-    # The directory it was started from is that producer's, and may be a scratch one
-    # removed as soon as the producer returns, while this server still imports: where
-    # the first recorder goes is taken now, and the server itself holds no directory.
-    try:
-        cwd = os.getcwd()
-    except OSError:
-        cwd = "/"
+    # The directory it was started for is that producer's (`start_detached` starts it in
+    # /), and may be a scratch one removed as soon as the producer returns: the first
+    # recorder goes there (if it still exists), and the server itself holds no directory.
+    from roar_core.recording.recorder import START_DIR
+
+    cwd = os.environ.pop(START_DIR, None)
+    if cwd is None:  # started by hand
+        try:
+            cwd = os.getcwd()
+        except OSError:
+            cwd = "/"
     os.chdir("/")
     # Its children get sessions (and autogroups) of their own; while it imports, the tasks
     # starting beside it come first.

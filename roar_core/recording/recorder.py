@@ -38,6 +38,7 @@ SETTINGS = "recorder.json"
 ENDING = "job-ending"  # written at the end of a job: `lifetime` tasks dying now simply ended
 LOG = "recorder.log"
 STATUS = "recorder.status"  # when the last pass that held nothing back began (time.time())
+START_DIR = "ROAR_START_DIR"  # the working directory a detached process enters (see below)
 SEND_S = 1.0  # at most this long sending events between two passes
 SEND_EVERY_S = 0.25  # while tasks keep ending: events sent in batches, each with fixed costs
 # While tasks keep ending, the spool is synced once a second, not once a pass: on a
@@ -142,16 +143,37 @@ def _spawn(directory: Path) -> None:
 def start_detached(module: str, args: list[str], log: Path, env: dict[str, str]) -> None:
     """`python -m module args...` in the background, its stderr appended to `log`: through
     a shell that backgrounds it and exits, so that it is nobody's child, in a session of
-    its own (an engine's clean-up of a dying worker's children leaves it alone)."""
+    its own (an engine's clean-up of a dying worker's children leaves it alone).
+
+    It starts in `/` and enters this process's working directory (`START_DIR`) once its
+    imports are done (`enter_start_dir`): `-m` puts the directory it starts in first on
+    the import path, where a project's own `json.py` or `select.py` shadowed the standard
+    library's in the recorder (the server died of it, and the run went unrecorded).  The
+    OpenLineage client finds the project's `openlineage.yml` in the directory entered.
+    (-P, 3.11+, keeps even `/` off the path.)"""
     script = '"$@" </dev/null >/dev/null 2>>"$0" &'
-    # -P (3.11+): `-m` would put the producer's working directory first on the import path,
-    # where a project's own `json.py` or `select.py` shadows the standard library's in the
-    # recorder (the server died of it).  The directory itself stays the working one: the
-    # OpenLineage client finds the project's `openlineage.yml` there.
+    env = dict(env)
+    try:
+        env[START_DIR] = os.getcwd()
+    except OSError:  # removed meanwhile: it stays in /
+        pass
     safe = ["-P"] if sys.version_info >= (3, 11) else []
     subprocess.run(["/bin/sh", "-c", script, str(log), sys.executable, *safe, "-m", module,
-                    *args], env=env, stdin=subprocess.DEVNULL, start_new_session=True,
+                    *args], env=env, cwd="/", stdin=subprocess.DEVNULL, start_new_session=True,
                    check=False)
+
+
+def enter_start_dir(default: str | None = None) -> str | None:
+    """Enter the directory `start_detached` was called from (`default` where it was not
+    given); returns it, or None where it is gone or none was given (it stays in /)."""
+    where = os.environ.pop(START_DIR, None) or default
+    if where is None:
+        return None
+    try:
+        os.chdir(where)
+    except OSError:
+        return None
+    return where
 
 
 def status_time(directory: Path) -> float:
@@ -239,6 +261,7 @@ def drain(roar, directory: Path, *, blocking: bool = False, lifetime_status: str
 
 
 def main(argv: list[str]) -> int:
+    enter_start_dir()
     directory = Path(argv[0])
     lock = os.open(directory / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:

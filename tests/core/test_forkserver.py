@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import socket
-import sys
 import time
 from pathlib import Path
 
@@ -48,10 +47,10 @@ def _run_and_catch_recorder(cli, name: str) -> int:
     return _wait(lambda: _recorders_of(home))[0]
 
 
-def _outputs(cli) -> dict[str, str]:
+def _outputs(cli, events: Path | None = None) -> dict[str, str]:
     """The outputs of the run's COMPLETE event, once delivered (its START may come first,
-    in a delivery of its own)."""
-    events = Path(cli.env["ROAR_HOME"]) / "openlineage" / "events.jsonl"
+    in a delivery of its own) to `events`, by default the home's file transport's."""
+    events = events or Path(cli.env["ROAR_HOME"]) / "openlineage" / "events.jsonl"
 
     def complete() -> dict[str, str]:
         out = {}
@@ -125,24 +124,27 @@ def test_a_server_started_from_a_directory_removed_meanwhile_serves(
     assert fork_servers(runtime) == server
 
 
-@pytest.mark.skipif(sys.version_info < (3, 11), reason="python -P is 3.11's")
 def test_a_projects_own_modules_never_shadow_the_recorders(tmp_path: Path,
                                                            runtime: Path) -> None:
     """A project with a `json.py` at its top (any module named like one of the standard
     library's): the fork server and recorder started from it import the standard
-    library's, not the project's.  `python -m` puts the working directory first on the
-    import path; there the server died importing the project's module, and the run was
-    not recorded."""
+    library's, not the project's.  `python -m` puts the directory it starts in first on
+    the import path; there the server died importing the project's module (Python 3.10,
+    which has no -P, until they started in /), and the run was not recorded.  They still
+    work in the project's directory: the OpenLineage client reads its openlineage.yml."""
     cli = make_cli(tmp_path)
     cli.env.update(XDG_RUNTIME_DIR=str(runtime))
     marker = tmp_path / "imported"
     (cli.cwd / "json.py").write_text(
         f"open({str(marker)!r}, 'w').write('the project json.py')\n"
         "raise ImportError('the project json.py, not the standard library json')\n")
+    sent = tmp_path / "project-events.jsonl"
+    (cli.cwd / "openlineage.yml").write_text(
+        f"transport:\n  type: file\n  log_file_path: {sent}\n  append: true\n")
     (cli.cwd / "a.txt").write_text("a project with its own json.py\n")
     assert cli("run", "--job", "shadow", "--", "cp", "a.txt", "b.txt").returncode == 0
     out = cli.cwd / "b.txt"
-    assert _outputs(cli) == {str(out): b3(out)}
+    assert _outputs(cli, sent) == {str(out): b3(out)}
     assert not marker.exists()
 
 
