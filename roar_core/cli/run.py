@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -173,7 +172,7 @@ def begin(cfg: Config, argv: list[str], job_name: str, traced: bool,
 
     meta = {"run_id": new_run_id(), "engine": "cli", "namespace": cfg.namespace,
             "job_name": job_name, "started_at": tasklog.now_iso(),
-            "command": list(argv), "host": socket.gethostname(), "pid": os.getpid(),
+            "command": list(argv), "host": tasklog.host_name(), "pid": os.getpid(),
             "traced": traced, "untraced_reason": untraced_reason, "cwd": os.getcwd()}
     own_name = f"{RUN_PREFIX}{os.urandom(16).hex()}"
     problems = []
@@ -381,7 +380,7 @@ def adopt_old_runs(cfg: Config) -> int:
     from roar_core.recording.sessions import pid_alive
 
     adopted = 0
-    host = socket.gethostname()
+    host = tasklog.host_name()
     for base in log_dirs(cfg):
         try:
             with os.scandir(base) as entries:

@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import shutil
-import socket
 import time
 from collections.abc import Callable, Collection
 from contextlib import ExitStack
@@ -32,6 +31,7 @@ from roar_core.recording.tasklog import (
     Entry,
     Given,
     TaskLogFile,
+    host_name,
     log_paths,
     poke,
     process_alive,
@@ -180,7 +180,7 @@ class Follower:
         self.lifetime_status = lifetime_status
         self._alive = alive
         self.sync_every = sync_every
-        self._host = socket.gethostname()
+        self._host = host_name()  # (the name its task logs carry)
         self._files: dict[Path, _Followed] = {}
         self._foreign: set[Path] = set()
         # Since the last sync: the spool's open batch, and the task logs whose marks wait

@@ -27,12 +27,15 @@ import json
 import os
 import select
 import signal
-import socket
 import struct
 import sys
 import time
 import zlib
 from pathlib import Path
+
+TYPE_CHECKING = False  # not typing's (see roar_core.slotted)
+if TYPE_CHECKING:  # a producer never imports socket (see _ask); the server does
+    import socket
 
 IDLE_EXIT_S = 900.0  # no request for this long: exit (the next producer starts another)
 ANSWER_S = 5.0  # a producer waits this long for the server's answer, then starts its own
@@ -126,14 +129,22 @@ def _umask() -> int:
 
 
 def _ask(path: Path, request: bytes) -> bool:
+    # _socket's: the socket module's own import (its enums) cost every `roar-core run` ~2 ms.
+    import _socket
+
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as s:
-            s.settimeout(ANSWER_S)
-            s.connect(os.fspath(path))
-            s.sendall(struct.pack("!I", len(request)) + request)
-            return s.recv(16).startswith(b"ok")
+        s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
     except OSError:
         return False
+    try:
+        s.settimeout(ANSWER_S)
+        s.connect(os.fspath(path))
+        s.sendall(struct.pack("!I", len(request)) + request)
+        return s.recv(16).startswith(b"ok")
+    except OSError:
+        return False
+    finally:
+        s.close()
 
 
 def _spawn_server(path: Path, directory: Path, env: dict[str, str]) -> None:
@@ -320,6 +331,8 @@ def _record(directory: Path, cwd: str | None = None) -> int:
 
 
 def _listen(path: Path) -> socket.socket:
+    import socket
+
     try:
         os.unlink(path)  # a dead server's (we hold the lock: no live one's)
     except FileNotFoundError:
@@ -335,6 +348,8 @@ def _listen(path: Path) -> socket.socket:
 
 
 def _read_request(conn: socket.socket) -> dict | None:
+    import socket
+
     conn.settimeout(2.0)
     try:
         uid = struct.unpack("3i", conn.getsockopt(
