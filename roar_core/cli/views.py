@@ -218,8 +218,8 @@ def drain_pending(cfg: config_mod.Config, required: bool = True) -> None:
         for d in dirs:
             # Here, unless the directory's recorder runs: then until it has recorded what
             # was there when we looked (or has exited: then here).
-            while recorder.drain(roar, d) is None and not recorder.wait_recorded(
-                    d, time.monotonic() + 0.25):
+            while recorder.drain(roar, d) is None and recorder.wait_recorded(
+                    [d], time.monotonic() + 0.25):
                 pass
     finally:
         roar.close(timeout=CLOSE_TIMEOUT_S)

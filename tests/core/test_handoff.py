@@ -14,6 +14,8 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import subprocess
+import time
 from pathlib import Path
 
 import blake3
@@ -28,7 +30,7 @@ from roar_core.pipeline import tracer
 from roar_core.pipeline.classification import PathFilter
 from roar_core.recording import recorder
 from roar_core.recording.sessions import SessionCollector, run_traced
-from tests.core.test_cli import make_cli
+from tests.core.test_cli import ROAR, make_cli
 from tests.core.test_exact_lineage import accesses, b3, run
 
 ODD = b"caf\xe9-\xff.txt"  # not UTF-8: carried with surrogate escapes
@@ -139,6 +141,32 @@ def test_the_recorder_records_from_the_runners_read_not_the_logs_again(tmp_path:
     cfg = config.load(cwd=cli.cwd, env=cli.env)
     with Store.open(cfg.database_url, cfg.home) as store:
         assert store.task_run(run_id).traced is True
+
+
+def test_a_reader_waits_while_the_recorder_holds_the_directory(tmp_path: Path) -> None:
+    """`roar-core show` while the directory's recorder holds it and has not recorded a run
+    yet: it waits for that recorder (poking it), and once the recorder has let go without
+    recording the run, records it itself.  (It crashed there, "internal error: TypeError",
+    once wait_recorded took a list of directories and its caller here passed one.)"""
+    _usable()
+    cli = make_cli(tmp_path)
+    sessions = config.load(cwd=cli.cwd, env=cli.env).sessions_dir
+    sessions.mkdir(parents=True)
+    lock = os.open(sessions / recorder.LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # a recorder that holds the directory, records nothing
+    try:
+        run_id = run(cli, "w", "printf data > out.txt")
+        reader = subprocess.Popen([ROAR, "show"], cwd=cli.cwd, env=cli.env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(1.0)
+        waiting = reader.poll() is None
+    finally:
+        os.close(lock)
+    out, err = reader.communicate(timeout=60)
+    assert waiting, err.decode()
+    assert reader.returncode == 0, err.decode()
+    assert run_id in out.decode()
+    assert accesses(cli, run_id) == {"output": {str(cli.cwd / "out.txt"): (b3(b"data"), None)}}
 
 
 def test_run_wait_shows_five_files_and_counts_the_rest(tmp_path: Path) -> None:
