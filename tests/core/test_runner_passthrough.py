@@ -115,3 +115,36 @@ def test_a_signal_sent_to_roar_alone_is_relayed(tmp_path: Path) -> None:
     os.kill(proc.pid, signal.SIGTERM)
     assert proc.wait(timeout=30) == -signal.SIGTERM
     assert b"killed by SIGTERM" in proc.stderr.read()
+
+
+@pytest.mark.parametrize("wait", MODES)
+def test_the_command_starts_with_a_shells_signal_dispositions(tmp_path: Path,
+                                                              wait: list[str]) -> None:
+    """Python ignores SIGPIPE and SIGXFSZ and roar-core blocks signals while it waits:
+    the command gets neither, as from a shell (an ignored SIGPIPE turns `yes | head`
+    into "Broken pipe" errors)."""
+    cli = make_cli(tmp_path)
+    show = ["sh", "-c", "grep -E '^Sig(Ign|Blk)' /proc/self/status"]
+    plain = subprocess.run(["bash", "-c", '"$@"', "bash", *show], cwd=cli.cwd, env=cli.env,
+                           capture_output=True)
+    traced = subprocess.run(["bash", "-c", '"$@"', "bash", ROAR, "run", *wait, "--", *show],
+                            cwd=cli.cwd, env=cli.env, capture_output=True)
+    assert traced.returncode == 0, traced.stderr
+    assert traced.stdout == plain.stdout and b"SigIgn" in plain.stdout, traced.stdout
+    pipe = subprocess.run([ROAR, "run", *wait, "--", "sh", "-c", "yes | head -n 1"],
+                          cwd=cli.cwd, env=cli.env, capture_output=True)
+    assert pipe.returncode == 0 and pipe.stdout == b"y\n", pipe.stderr
+    assert b"Broken pipe" not in pipe.stderr, pipe.stderr
+
+
+@pytest.mark.parametrize("wait", MODES)
+def test_a_command_that_cannot_run_answers_as_a_shell(tmp_path: Path, wait: list[str]) -> None:
+    cli = make_cli(tmp_path)
+    (cli.cwd / "script.sh").write_text("#!/bin/sh\necho ran\n")  # not executable
+    shell = subprocess.run(["bash", "-c", "./script.sh"], cwd=cli.cwd, env=cli.env,
+                           capture_output=True)
+    proc = cli("run", *wait, "--", "./script.sh")
+    assert (proc.returncode, shell.returncode) == (126, 126), proc.stderr
+    assert b"Permission denied" in proc.stderr and proc.stdout == b""
+    proc = cli("run", *wait, "--", "no-such-program-roar-test")
+    assert proc.returncode == 127 and b"No such file or directory" in proc.stderr
