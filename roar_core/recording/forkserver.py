@@ -67,8 +67,16 @@ def socket_path() -> Path | None:
 
 def _code_key() -> str:
     import roar_core
+    from roar_core.recording.recorder import absolute_pythonpath
 
-    parts = [os.path.realpath(sys.executable), sys.prefix, os.environ.get("PYTHONPATH", ""),
+    # PYTHONPATH as the server will have it: `PYTHONPATH=src` in two projects is two paths.
+    pythonpath = os.environ.get("PYTHONPATH", "")
+    if pythonpath:
+        try:
+            pythonpath = absolute_pythonpath(pythonpath, os.getcwd())
+        except OSError:
+            pass
+    parts = [os.path.realpath(sys.executable), sys.prefix, pythonpath,
              os.environ.get("PYTHONHOME", ""), sys.version, _cgroup(), _namespaces()]
     top = Path(roar_core.__file__).parent
     for d in (top, *(p for p in top.iterdir() if p.is_dir() and not p.name.startswith("_"))):

@@ -149,31 +149,39 @@ def start_detached(module: str, args: list[str], log: Path, env: dict[str, str])
     imports are done (`enter_start_dir`): `-m` puts the directory it starts in first on
     the import path, where a project's own `json.py` or `select.py` shadowed the standard
     library's in the recorder (the server died of it, and the run went unrecorded).  The
-    OpenLineage client finds the project's `openlineage.yml` in the directory entered.
-    (-P, 3.11+, keeps even `/` off the path.)"""
+    OpenLineage client finds the project's `openlineage.yml` in the directory entered, and
+    relative entries of PYTHONPATH (a project's `PYTHONPATH=src`, with its own transport
+    class) are made absolute from there.  (-P, 3.11+, keeps even `/` off the path.)"""
     script = '"$@" </dev/null >/dev/null 2>>"$0" &'
     env = dict(env)
     try:
-        env[START_DIR] = os.getcwd()
+        env[START_DIR] = cwd = os.getcwd()
     except OSError:  # removed meanwhile: it stays in /
         pass
+    else:
+        if env.get("PYTHONPATH"):
+            env["PYTHONPATH"] = absolute_pythonpath(env["PYTHONPATH"], cwd)
     safe = ["-P"] if sys.version_info >= (3, 11) else []
     subprocess.run(["/bin/sh", "-c", script, str(log), sys.executable, *safe, "-m", module,
                     *args], env=env, cwd="/", stdin=subprocess.DEVNULL, start_new_session=True,
                    check=False)
 
 
-def enter_start_dir(default: str | None = None) -> str | None:
-    """Enter the directory `start_detached` was called from (`default` where it was not
-    given); returns it, or None where it is gone or none was given (it stays in /)."""
-    where = os.environ.pop(START_DIR, None) or default
-    if where is None:
-        return None
-    try:
-        os.chdir(where)
-    except OSError:
-        return None
-    return where
+def absolute_pythonpath(value: str, cwd: str) -> str:
+    """PYTHONPATH with its entries relative to `cwd` made absolute (an empty one is `cwd`
+    itself, as Python reads it)."""
+    return os.pathsep.join(os.path.join(cwd, p) for p in value.split(os.pathsep))
+
+
+def enter_start_dir() -> None:
+    """Enter the directory `start_detached` was called from, where it still exists (else
+    stay in /)."""
+    where = os.environ.pop(START_DIR, None)
+    if where is not None:
+        try:
+            os.chdir(where)
+        except OSError:
+            pass
 
 
 def status_time(directory: Path) -> float:

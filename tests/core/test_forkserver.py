@@ -148,6 +148,43 @@ def test_a_projects_own_modules_never_shadow_the_recorders(tmp_path: Path,
     assert not marker.exists()
 
 
+PROJECT_TRANSPORT = """
+import os
+from openlineage.client.transport.file import FileTransport
+
+
+class ProjectTransport(FileTransport):
+    \"\"\"A project's own transport: the file transport, saying whose module sent.\"\"\"
+
+    def emit(self, event):
+        open(os.path.join(os.path.dirname(__file__), "used"), "w").close()
+        return super().emit(event)
+"""
+
+
+def test_a_relative_pythonpath_is_the_projects_in_the_recorder(tmp_path: Path,
+                                                              runtime: Path) -> None:
+    """Two projects, each run with `PYTHONPATH=lib` and its own OpenLineage transport class
+    there, named by its openlineage.yml: the fork server, started in /, imports each
+    project's own (a server per project: the same relative path is two directories)."""
+    for name in ("a", "b"):
+        cli = make_cli(tmp_path / name)
+        pythonpath = os.pathsep.join(p for p in ("lib", os.environ.get("PYTHONPATH")) if p)
+        cli.env.update(XDG_RUNTIME_DIR=str(runtime), PYTHONPATH=pythonpath)
+        (cli.cwd / "lib").mkdir()
+        (cli.cwd / "lib" / "projtransport.py").write_text(PROJECT_TRANSPORT)
+        sent = tmp_path / name / "events.jsonl"
+        (cli.cwd / "openlineage.yml").write_text(
+            f"transport:\n  type: projtransport.ProjectTransport\n  log_file_path: {sent}\n"
+            "  append: true\n")
+        (cli.cwd / "a.txt").write_text(f"project {name}\n")
+        assert cli("run", "--", "cp", "a.txt", "b.txt").returncode == 0
+        out = cli.cwd / "b.txt"
+        assert _outputs(cli, sent) == {str(out): b3(out)}
+        assert (cli.cwd / "lib" / "used").exists(), f"project {name}'s transport not used"
+    assert len(fork_servers(runtime)) == 2
+
+
 def test_a_dead_servers_socket_is_taken_over(tmp_path: Path, runtime: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     from roar_core.recording import forkserver
