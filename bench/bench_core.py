@@ -2,11 +2,15 @@
 
     python bench/bench_core.py [--reps 7] [--tmp DIR] [--roar-cli-venv V | env ROAR_CLI_VENV]
                                [--files 0,1000,5000] [--no-hash] [--recorder-up]
+                               [--install NAME=VENV ...]
 
 1. Startup: `roar-core run -- true` vs `true`.  `roar-core run` exits when the command has
    ended and leaves the run to the recorder process; the time until that recorder has
    stored the lineage is measured too (not part of the command's wall time, and the
-   next sample starts only when it is done, so it never overlaps a timed run).
+   next sample starts only when it is done, so it never overlaps a timed run).  With
+   `--install NAME=VENV`, the roar-core of that installation too, interleaved (e.g. a
+   wheel of this checkout, as users install it: a dev venv's editable install adds its
+   import finder, ~10-20 ms here, to every Python start).
 2. The N-file workload end to end (trace + classify + hash + store + spool): `roar-core
    run --wait` (records in-process before exiting) vs untraced, N = 0, 1,000, 5,000,
    a fresh data dir and a fresh ROAR_HOME per run (cold stat cache).  Per-file cost =
@@ -124,6 +128,11 @@ def peer_run(peer, argv: list[str], env: dict[str, str], cwd: Path) -> list[str]
 
 def startup(args, base_env, peer, root: Path) -> dict[str, list[float]]:
     res: dict[str, list[float]] = {"true": [], "roar-core run": [], "recorded after": []}
+    # Other installations (--install NAME=VENV), each in a home of its own, the order of
+    # the installations turned round every other sample.
+    others = [(f"roar-core run ({name})", str(Path(venv) / "bin" / "roar-core"))
+              for name, _, venv in (x.partition("=") for x in args.install)]
+    res.update((key, []) for key, _ in others)
     if peer:
         res["roar run"] = []
     true = shutil.which("true")
@@ -132,8 +141,14 @@ def startup(args, base_env, peer, root: Path) -> dict[str, list[float]]:
         d.mkdir()
         env = dict(base_env, ROAR_HOME=str(d / ".roar"))
         res["true"].append(timed([true], env, d))
-        res["roar-core run"].append(timed([ROAR_CORE, "run", "--", true], env, d))
-        res["recorded after"].append(wait_recorded(d / ".roar"))
+        installs = [("roar-core run", ROAR_CORE), *others]
+        for n, (key, exe) in enumerate(installs[::-1] if i % 2 else installs):
+            home = d / f".roar-{n}" if key != "roar-core run" else d / ".roar"
+            res[key].append(timed([exe, "run", "--", true], dict(env, ROAR_HOME=str(home)),
+                                  d))
+            recorded = wait_recorded(home)
+            if key == "roar-core run":
+                res["recorded after"].append(recorded)
         if peer:
             cmd = peer_run(peer, [true], env, d)
             res["roar run"].append(timed(cmd, env, d))
@@ -187,6 +202,11 @@ def main() -> int:
                     help="also time each N with the home's recorder already running (a run "
                     "before it, untimed): per file without the recorder's start, which a big "
                     "run's capture hides and a small one's cannot")
+    ap.add_argument("--install", action="append", default=[], metavar="NAME=VENV",
+                    help="also time `roar-core run -- true` of another installation of "
+                    "roar-core (a venv), interleaved: e.g. a wheel of this checkout, as "
+                    "users install it (this venv's editable install adds its import "
+                    "finder to every Python start)")
     ap.add_argument("--peer-max-files", type=int, default=1000)
     ap.add_argument("--peer-reps", type=int, default=1)
     ap.add_argument("--json", help="also write the raw numbers here (for bench/report)")
@@ -214,7 +234,7 @@ def main() -> int:
         for k, v in st.items():
             m = statistics.median(v)
             extra = "" if k in ("true", "recorded after") else f"   added {1e3 * (m - base):+8.1f}"
-            print(f"  {k:<16} {1e3 * m:9.1f}{extra}   (n={len(v)})")
+            print(f"  {k:<28} {1e3 * m:9.1f}{extra}   (n={len(v)})")
         added = statistics.median(st["roar-core run"]) - base
         print(f"  -> roar-core run adds {1e3 * added:.1f} ms (limit 100 ms)"
               + (f"; roar run adds {1e3 * (statistics.median(st['roar run']) - base):.0f} ms"
