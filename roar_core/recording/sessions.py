@@ -459,7 +459,11 @@ class _Relay:
     """Python-level handlers relaying signals to the child; set before it is started (a
     signal arriving between its start and our handlers would kill us by its default
     action, leaving the command running alone), holding what comes before it exists.
-    Exec resets caught signals to their defaults: the child does not inherit these."""
+    Exec resets caught signals to their defaults: the child does not inherit these.  A
+    signal we were started ignoring (`nohup`'s SIGHUP, SIGINT and SIGQUIT of a script's
+    background job) stays ignored, for us and so for the command, as it would be untraced:
+    caught here, it reached the command with its default action (`nohup roar-core run`'s
+    command died of the hang-up)."""
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
@@ -467,7 +471,8 @@ class _Relay:
         self.previous: dict[int, object] = {}
         if threading.current_thread() is threading.main_thread():
             for s in _FORWARDED:
-                self.previous[s] = signal.signal(s, self._forward)
+                if signal.getsignal(s) is not signal.SIG_IGN:
+                    self.previous[s] = signal.signal(s, self._forward)
 
     def _forward(self, signum: int, _frame: object) -> None:
         if self.proc is None:

@@ -117,20 +117,25 @@ def test_a_signal_sent_to_roar_alone_is_relayed(tmp_path: Path) -> None:
     assert b"killed by SIGTERM" in proc.stderr.read()
 
 
+@pytest.mark.parametrize("ignored", ["", "HUP INT QUIT"], ids=["none-ignored", "nohup"])
 @pytest.mark.parametrize("wait", MODES)
-def test_the_command_starts_with_a_shells_signal_dispositions(tmp_path: Path,
-                                                              wait: list[str]) -> None:
+def test_the_command_starts_with_a_shells_signal_dispositions(tmp_path: Path, wait: list[str],
+                                                              ignored: str) -> None:
     """Python ignores SIGPIPE and SIGXFSZ and roar-core blocks signals while it waits:
     the command gets neither, as from a shell (an ignored SIGPIPE turns `yes | head`
-    into "Broken pipe" errors)."""
+    into "Broken pipe" errors).  What roar-core was started ignoring (`nohup`'s SIGHUP,
+    a script's background job's SIGINT and SIGQUIT) the command ignores too: relayed,
+    those reached it with their default action (killed by the hang-up nohup was for)."""
     cli = make_cli(tmp_path)
     show = ["sh", "-c", "grep -E '^Sig(Ign|Blk)' /proc/self/status"]
-    plain = subprocess.run(["bash", "-c", '"$@"', "bash", *show], cwd=cli.cwd, env=cli.env,
-                           capture_output=True)
-    traced = subprocess.run(["bash", "-c", '"$@"', "bash", ROAR, "run", *wait, "--", *show],
-                            cwd=cli.cwd, env=cli.env, capture_output=True)
+    parent = ["bash", "-c", f"trap '' {ignored}; \"$@\"" if ignored else '"$@"', "bash"]
+    plain = subprocess.run([*parent, *show], cwd=cli.cwd, env=cli.env, capture_output=True)
+    traced = subprocess.run([*parent, ROAR, "run", *wait, "--", *show], cwd=cli.cwd,
+                            env=cli.env, capture_output=True)
     assert traced.returncode == 0, traced.stderr
     assert traced.stdout == plain.stdout and b"SigIgn" in plain.stdout, traced.stdout
+    if ignored:  # (the parent's trap did its part; without one, whatever we inherited)
+        assert int(plain.stdout.split(b"SigIgn:")[1].split()[0], 16) & 1, plain.stdout
     pipe = subprocess.run([ROAR, "run", *wait, "--", "sh", "-c", "yes | head -n 1"],
                           cwd=cli.cwd, env=cli.env, capture_output=True)
     assert pipe.returncode == 0 and pipe.stdout == b"y\n", pipe.stderr
