@@ -345,9 +345,16 @@ def exec_(engine: str | None, command: tuple[str, ...]) -> None:
 
     env = tracer.with_changes(_engine_module(engine).exports(), os.environ)
     sys.stdout.flush()
+    # Python ignores these (exec keeps what is ignored); a shell's command, and one
+    # subprocess starts, gets them back at their defaults.
+    import signal
+
+    ignored = {s: signal.signal(s, signal.SIG_DFL) for s in (signal.SIGPIPE, signal.SIGXFSZ)}
     try:
         os.execvpe(command[0], list(command), env)  # CMD is this process from here on
     except OSError as e:
+        for signum, handler in ignored.items():
+            signal.signal(signum, handler)
         raise CliError(f"{command[0]}: {e.strerror}", 127 if isinstance(
             e, FileNotFoundError) else 126) from e
 

@@ -812,6 +812,10 @@ def test_exec_starts_one_engine_process_with_roar_attached(tmp_path: Path) -> No
     assert "cannot tell which engine 'sh' is" in one_error_line(cli("exec", "--", "sh", "-c",
                                                                     "true"))
     assert cli("exec", "--engine", "ray", "--", "no-such-program-here").returncode == 127
+    # The engine starts as from a shell: not with the SIGPIPE and SIGXFSZ Python ignores.
+    show = ["sh", "-c", "grep -E '^Sig(Ign|Blk)' /proc/self/status"]
+    plain = subprocess.run(show, cwd=cli.cwd, env=cli.env, capture_output=True)
+    assert cli.ok("exec", "--engine", "ray", "--", *show).encode() == plain.stdout
 
 
 def _chromium() -> str:
