@@ -368,6 +368,11 @@ def log_files(session_dir: str | os.PathLike, since_mono_ns: int | None = None,
     # scandir, and names filtered before any Path is made: a long-lived worker's session
     # holds a log for every process it ever forked, where a stat each (glob + is_file) and
     # a Path each were most of the time it took to find a task's few.
+    return [Path(p) for _, p in _scan(session_dir, since_mono_ns, pid)]
+
+
+def _scan(session_dir: str | os.PathLike, since_mono_ns: int | None = None,
+          pid: int | None = None) -> list[tuple[tuple[int, int], str]]:
     keyed = []
     try:
         with os.scandir(session_dir) as entries:
@@ -383,7 +388,52 @@ def log_files(session_dir: str | os.PathLike, since_mono_ns: int | None = None,
     except OSError:  # gone or unreadable: no logs, as glob says
         return []
     keyed.sort()
-    return [Path(p) for _, p in keyed]
+    return keyed
+
+
+class LogListing:
+    """One listing of a directory's logs for every collector that reads it, taken when its
+    owner says the directory may have changed (`refresh`).
+
+    A recorder follows one producer per task process, each with a collector of its own
+    tree; each listing the directory itself, at every pass, scanned it once per producer
+    with tasks outstanding: with a backlog of 50 that was most of the recorder's CPU.  The
+    owner marks it stale after reading the end lines it is about to record (a task's logs
+    all exist by its end), and the first collector to look lists the directory again."""
+
+    def __init__(self, directory: str | os.PathLike):
+        self.directory = directory
+        self.version = 0
+        self._stale = True
+        self._keyed: list[tuple[tuple[int, int], Path]] = []
+        self._paths: dict[str, Path] = {}  # kept: a Path's hash is computed once
+
+    def invalidate(self) -> None:
+        self._stale = True
+
+    def current(self) -> int:
+        """The listing's version, listed again first if it is stale."""
+        if self._stale:
+            self._refresh()
+        return self.version
+
+    def _refresh(self) -> None:
+        paths, known = {}, self._paths
+        keyed = []
+        for key, p in _scan(self.directory):
+            path = paths[p] = known.get(p) or Path(p)
+            keyed.append((key, path))
+        self._keyed, self._paths = keyed, paths
+        self.version += 1
+        self._stale = False
+
+    def logs(self, since_mono_ns: int | None = None, pid: int | None = None) -> list[Path]:
+        """As `log_files`, as of `current()`."""
+        if since_mono_ns is None:
+            return [p for _, p in self._keyed]
+        # A name without a key sorts first as (0, 0), as log_files keeps it.
+        return [p for key, p in self._keyed
+                if key[0] >= since_mono_ns or key[1] == pid or key == (0, 0)]
 
 
 def _log_key(name: str) -> tuple[int, int] | None:

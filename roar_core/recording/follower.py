@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from roar_core.pipeline.attribution import UNATTRIBUTED
 from roar_core.pipeline.spoolfiles import write_all
 from roar_core.pipeline.store_records import StoreError
+from roar_core.pipeline.tracelog import LogListing
 from roar_core.recording.sessions import SessionCollector, WholeSession, summarized
 from roar_core.recording.tasklog import (
     SHORT_ANSWER,
@@ -191,6 +192,7 @@ class Follower:
         self._urgent = False  # a producer waits for a task of this window
         self._workflow_rows: set[str] = set()  # workflow runs known to be in the store
         self._headers: dict = {}  # tracer logs' headers, read once for all collectors
+        self._listing = LogListing(self.directory)  # and the directory, listed once a pass
         # Logs made after this moment were never seen by a recorder before us (it held the
         # directory's lock until it died, and we hold it now).
         self._born_mono = time.monotonic_ns()
@@ -332,8 +334,10 @@ class Follower:
         # read earlier) was appended meanwhile: read every task log once more, then record
         # all ended tasks of the node in the order they ended, so no COMPLETE is spooled
         # before its inputs' producers'.
-        for f in followed:
-            ready += self._ready(f, f.tasklog.read_more())
+        begun = [f.tasklog.read_more() for f in followed]
+        self._listing.invalidate()  # after the end lines: the logs of those tasks exist
+        for f, entries in zip(followed, begun, strict=True):
+            ready += self._ready(f, entries)
         done = self._record_in_order(ready)
         for f in followed:
             self._workflows(f, starting=False)
@@ -391,7 +395,7 @@ class Follower:
         if j.host != self._host:
             self._foreign.add(path)
             return None
-        f = self._files[path] = _Followed(j, self.directory, self._headers)
+        f = self._files[path] = _Followed(j, self.directory, self._headers, self._listing)
         if j.mono is not None and j.mono > self._born_mono:
             f.inherited.clear()
         f.begun = [e for e in j.entries.values() if not e.started]
@@ -433,6 +437,7 @@ class Follower:
             if f is None:
                 continue
             f.begun += f.tasklog.read_more()  # the pass looks at them (`_advance`)
+            self._listing.invalidate()
             ready = [e for e in f.tasklog.entries.values()
                      if e.outcome is not None and e.waited and e.early and not e.answered
                      and not e.recorded and not e.failures]
@@ -791,7 +796,8 @@ class Follower:
 
 
 class _Followed:
-    def __init__(self, tasklog: TaskLogFile, directory: Path, headers: dict | None = None):
+    def __init__(self, tasklog: TaskLogFile, directory: Path, headers: dict | None = None,
+                 listing: LogListing | None = None):
 
         self.tasklog = tasklog
         # Tasks not marked recorded when first read: a recorder that died may have stored
@@ -800,7 +806,8 @@ class _Followed:
         # Only its process's tree, and only processes started after the log was (a worker's
         # session holds a log for every process it ever forked).
         self.collector = SessionCollector(directory, root_pid=tasklog.pid,
-                                          since_mono_ns=tasklog.mono, headers=headers)
+                                          since_mono_ns=tasklog.mono, headers=headers,
+                                          listing=listing)
         self.dead = False  # its process had exited (or closed its log) when this pass began
         self.done = False
         self._marks: list[dict] = []
@@ -893,7 +900,8 @@ def recover(roar: Roar, directory: str | os.PathLike, *,
         j = TaskLogFile.open(path)
         if j is None or j.host != follower._host or j.alive():
             continue
-        f = follower._files[path] = _Followed(j, follower.directory, follower._headers)
+        f = follower._files[path] = _Followed(j, follower.directory, follower._headers,
+                                             follower._listing)
         f.begun = [e for e in j.entries.values() if not e.started]
         follower._advance(f)
         done += follower._record_in_order(follower._ready(f, []))

@@ -249,14 +249,17 @@ class SessionCollector:
 
     def __init__(self, directory: Path, root_pid: int | None = None,
                  since_mono_ns: int | None = None,
-                 headers: dict[Path, tracelog.LogHeader] | None = None):
+                 headers: dict[Path, tracelog.LogHeader] | None = None,
+                 listing: tracelog.LogListing | None = None):
         """`root_pid`: read only the logs of that process and its descendants (a worker
         sharing the directory with other workers reads its own tree, not theirs).
         `since_mono_ns` (CLOCK_MONOTONIC, with root_pid): the tree's processes started after
         that moment, so older logs other than root_pid's own are skipped by name, unopened
         (a long-lived session holds a log for every task process ever forked).
         `headers`: logs' headers already read, shared by the collectors of one directory
-        (each would otherwise read every other live process's header once)."""
+        (each would otherwise read every other live process's header once).  `listing`
+        (with root_pid): the directory's listing, shared by those collectors and made stale
+        by their owner, instead of one of its own."""
         self.directory = Path(directory)
         self._tree: set[int] | None = None if root_pid is None else {root_pid}
         self._root_pid = root_pid
@@ -278,7 +281,9 @@ class SessionCollector:
         # With a root pid (a long-lived worker reading its tree once per task): the live
         # logs stay mapped, and the directory is listed again only when it changed.
         self._live: dict[Path, tracelog.LiveLog] = {}
-        self._listed: tuple[int, list[Path]] | None = None  # (directory mtime, tree's logs)
+        # (the directory's mtime, or the shared listing's version; the tree's logs)
+        self._listed: tuple[int, list[Path]] | None = None
+        self._shared = listing
         # What earlier reads said about processes and task windows: a task's system() or
         # popen() child whose log is read in a later batch than its parent's task_begin
         # is still that task's.
@@ -288,7 +293,15 @@ class SessionCollector:
         """Our tree's logs.  A new log is a new directory entry, which changes the
         directory's mtime; a listing is reused while that mtime is unchanged and older
         than a file system's timestamp tick (a file created within the tick of the
-        listing could keep the same mtime)."""
+        listing could keep the same mtime).  With a shared listing: that listing's, as of
+        its owner's last invalidate()."""
+        shared = self._shared
+        if shared is not None:
+            version = shared.current()
+            if self._listed is None or self._listed[0] != version:
+                self._listed = (version, self._in_tree(
+                    shared.logs(self._since, self._root_pid)))
+            return self._listed[1]
         try:
             mtime = os.stat(self.directory).st_mtime_ns
         except OSError:

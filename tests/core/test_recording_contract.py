@@ -485,3 +485,39 @@ def test_a_log_with_tasks_marked_by_an_earlier_recorder_is_finished_and_removed(
     roar.spool.flush(30)
     roar.close(timeout=0)
     assert terminal_events(cfg) == {run_id(1): ["COMPLETE"], run_id(2): ["COMPLETE"]}
+
+
+def test_a_pass_lists_the_tracer_logs_once_whatever_its_backlog(tmp_path, cfg, session,
+                                                                 monkeypatch):
+    """A recorder behind many producers (a task process each, as Airflow's) lists the
+    directory once per pass for all of them, not once per producer (a pass then cost the
+    backlog squared: half of the recorder's CPU with 50 tasks behind), and each task still
+    gets exactly what its own processes did."""
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"q\n")
+    ps = [Producer(session, tmp_path) for _ in range(12)]
+    for n, p in enumerate(ps, 1):
+        p.task(n, src, tmp_path / f"{n}.txt", str(n))
+    scans: list[str] = []
+    real = os.scandir
+
+    def scandir(path="."):
+        if Path(path) == session:
+            scans.append(str(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    roar = Roar(cfg, send=False)
+    f = Follower(roar, session)
+    assert f.poll() == 12
+    assert len(scans) <= 2, f"{len(scans)} listings of the directory in one pass"
+    f.sync()
+    f.close()
+    roar.close(timeout=0)
+    monkeypatch.undo()
+    for p in ps:
+        p.kill()
+    stored = runs(cfg)
+    for n in range(1, 13):
+        assert stored[run_id(n)] == ("COMPLETE", {
+            str(tmp_path / f"{n}.txt"): "blake3:" + digest(b"q\n" + str(n).encode())})
