@@ -249,35 +249,37 @@ def main() -> int:
         print("  N      " + "".join(f"{v:>22}" for v in fr))
         for n in ns:
             print(f"  {n:<6} " + "".join(f"{1e3 * med(v, n):22.1f}" for v in fr))
-        slopes = {v: fit([n for n in ns if fr[v][n]], [med(v, n) for n in ns if fr[v][n]])
-                  for v in fr if v != "delivered after"}
-        base_b = slopes["untraced"].b
-        for v, f in slopes.items():
-            if v == "untraced":
-                continue
-            print(f"  {v:<22} adds {1e6 * (f.b - base_b):7.1f} µs/file "
-                  f"(±{1e6 * f.se_b:.1f}), intercept {1e3 * (f.a - slopes['untraced'].a):+.0f} ms")
-        big = max(ns)
-        per_file_big = (statistics.median(fr["roar-core run --wait"][big])
-                        - statistics.median(fr["untraced"][big])
-                        - statistics.median(fr["roar-core run --wait"][0])
-                        + statistics.median(fr["untraced"][0])) / big
-        print(f"  -> at N={big}: roar-core adds {1e6 * per_file_big:.1f} µs/file end to end "
-              "(limit 50)")
-        # The same difference within each rep (its four runs ran minutes apart at most):
-        # how much the figure above moves with the machine's drift.
-        for v in ("roar-core run --wait", "recorder up"):
-            if v not in fr:
-                continue
-            paired = sorted((fr[v][big][i] - fr["untraced"][big][i] - fr[v][0][i]
-                             + fr["untraced"][0][i]) / big
-                            for i in range(min(len(fr[v][big]), len(fr[v][0]))))
-            if len(paired) >= 3:
-                q = statistics.quantiles(paired, n=4)
-                print(f"     {v}, per rep: median {1e6 * statistics.median(paired):.1f}, "
-                      f"quartiles {1e6 * q[0]:.1f}-{1e6 * q[2]:.1f}, range "
-                      f"{1e6 * paired[0]:.1f}-{1e6 * paired[-1]:.1f} µs/file "
-                      f"({len(paired)} reps)")
+        if len(ns) > 1:  # slopes need two sizes (--files 0: the fixed cost alone)
+            slopes = {v: fit([n for n in ns if fr[v][n]], [med(v, n) for n in ns if fr[v][n]])
+                      for v in fr if v != "delivered after"}
+            base_b = slopes["untraced"].b
+            for v, f in slopes.items():
+                if v == "untraced":
+                    continue
+                print(f"  {v:<22} adds {1e6 * (f.b - base_b):7.1f} µs/file "
+                      f"(±{1e6 * f.se_b:.1f}), "
+                      f"intercept {1e3 * (f.a - slopes['untraced'].a):+.0f} ms")
+            big = max(ns)
+            per_file_big = (statistics.median(fr["roar-core run --wait"][big])
+                            - statistics.median(fr["untraced"][big])
+                            - statistics.median(fr["roar-core run --wait"][0])
+                            + statistics.median(fr["untraced"][0])) / big
+            print(f"  -> at N={big}: roar-core adds {1e6 * per_file_big:.1f} µs/file end to end "
+                  "(limit 50)")
+            # The same difference within each rep (its four runs ran minutes apart at most):
+            # how much the figure above moves with the machine's drift.
+            for v in ("roar-core run --wait", "recorder up"):
+                if v not in fr:
+                    continue
+                paired = sorted((fr[v][big][i] - fr["untraced"][big][i] - fr[v][0][i]
+                                 + fr["untraced"][0][i]) / big
+                                for i in range(min(len(fr[v][big]), len(fr[v][0]))))
+                if len(paired) >= 3:
+                    q = statistics.quantiles(paired, n=4)
+                    print(f"     {v}, per rep: median {1e6 * statistics.median(paired):.1f}, "
+                          f"quartiles {1e6 * q[0]:.1f}-{1e6 * q[2]:.1f}, range "
+                          f"{1e6 * paired[0]:.1f}-{1e6 * paired[-1]:.1f} µs/file "
+                          f"({len(paired)} reps)")
 
         ms = lambda xs: [1e3 * x for x in xs]  # noqa: E731
         results.write(args.json, "core", "roar-core run, one command", [
