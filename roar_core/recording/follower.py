@@ -192,7 +192,7 @@ class Follower:
         self._urgent = False  # a producer waits for a task of this window
         self._workflow_rows: set[str] = set()  # workflow runs known to be in the store
         self._headers: dict = {}  # tracer logs' headers, read once for all collectors
-        self._listing = LogListing(self.directory)  # and the directory, listed once a pass
+        self._listing = LogListing(self.directory, self._headers)  # listed once a pass
         # Logs made after this moment were never seen by a recorder before us (it held the
         # directory's lock until it died, and we hold it now).
         self._born_mono = time.monotonic_ns()

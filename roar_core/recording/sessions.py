@@ -299,8 +299,7 @@ class SessionCollector:
         if shared is not None:
             version = shared.current()
             if self._listed is None or self._listed[0] != version:
-                self._listed = (version, self._in_tree(
-                    shared.logs(self._since, self._root_pid)))
+                self._listed = (version, self._shared_tree(shared))
             return self._listed[1]
         try:
             mtime = os.stat(self.directory).st_mtime_ns
@@ -329,6 +328,29 @@ class SessionCollector:
             for live in self._live.values():
                 live.close()
             self._live.clear()
+
+    def _shared_tree(self, shared: tracelog.LogListing) -> list[Path]:
+        """Our tree's logs in a shared listing, in its order: from each process of the
+        tree, its own logs and its children's (`_in_tree`'s rule, by the listing's index:
+        a collector among hundreds reads only its own few)."""
+        tree, mine, since = self._tree, self._mine, self._since
+        assert tree is not None
+        todo = list(tree)
+        while todo:
+            for path in shared.related(todo.pop()):
+                if path in mine:
+                    continue
+                key = shared.key(path)
+                # As log_files' filter: older logs are other processes' that had our pids.
+                if (since is not None and key is not None and key[0] < since
+                        and key[1] != self._root_pid and key != (0, 0)):
+                    continue
+                head = self._headers[path] = shared.headers[path]
+                mine.add(path)
+                if head.pid not in tree:
+                    tree.add(head.pid)
+                    todo.append(head.pid)
+        return sorted((p for p in mine if shared.key(p) is not None), key=shared.key)
 
     def _in_tree(self, paths: list[Path]) -> list[Path]:
         """The logs of processes in our tree.  A log is ours when its process or its parent

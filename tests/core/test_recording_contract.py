@@ -33,7 +33,7 @@ from tests.olschema import validate_event
 pytestmark = pytest.mark.skipif(not tracer.status().usable, reason=tracer.status().reason)
 
 PRODUCER = textwrap.dedent('''
-    import json, os, sys
+    import json, os, subprocess, sys
     from datetime import datetime, timezone
     from roar_core.pipeline import tracer
     from roar_core.recording.tasklog import TaskLog
@@ -51,6 +51,9 @@ PRODUCER = textwrap.dedent('''
         elif op == "copy":
             with open(args[0], "rb") as f, open(args[1], "wb") as g:
                 g.write(f.read() + args[2].encode())
+        elif op == "shcopy":  # by a child, whose own children do the work
+            subprocess.run(["sh", "-c", '(cat "$0") > "$1"; (printf %s "$2") >> "$1"', *args],
+                           check=True)
         elif op == "end":
             shim.end()
             fd = log.ended(args[0], "COMPLETE", wait=len(args) > 1, early=len(args) > 2)
@@ -492,12 +495,17 @@ def test_a_pass_lists_the_tracer_logs_once_whatever_its_backlog(tmp_path, cfg, s
     """A recorder behind many producers (a task process each, as Airflow's) lists the
     directory once per pass for all of them, not once per producer (a pass then cost the
     backlog squared: half of the recorder's CPU with 50 tasks behind), and each task still
-    gets exactly what its own processes did."""
+    gets exactly what its own processes did, its children's and grandchildren's too."""
     src = tmp_path / "in.txt"
     src.write_bytes(b"q\n")
     ps = [Producer(session, tmp_path) for _ in range(12)]
     for n, p in enumerate(ps, 1):
-        p.task(n, src, tmp_path / f"{n}.txt", str(n))
+        if n % 2:
+            p.task(n, src, tmp_path / f"{n}.txt", str(n))
+        else:  # its processes' logs are found from the producer's through its children's
+            p.do(f"begin {run_id(n)} t{n}")
+            assert p.do(f"shcopy {src} {tmp_path / f'{n}.txt'} {n}") == "done\n"
+            p.do(f"end {run_id(n)}")
     scans: list[str] = []
     real = os.scandir
 
@@ -521,3 +529,10 @@ def test_a_pass_lists_the_tracer_logs_once_whatever_its_backlog(tmp_path, cfg, s
     for n in range(1, 13):
         assert stored[run_id(n)] == ("COMPLETE", {
             str(tmp_path / f"{n}.txt"): "blake3:" + digest(b"q\n" + str(n).encode())})
+    roar = Roar(cfg, send=False)
+    try:  # what the children read is each task's too
+        for n in range(2, 13, 2):
+            assert {a.uri for a in roar.store.accesses_of(run_id(n)) if a.role == "input"} \
+                == {str(src)}, n
+    finally:
+        roar.close(timeout=0)
