@@ -10,6 +10,7 @@ events to a file transport.  Everything lives in a temporary ROAR_HOME.
 
     python bench/bench_recording.py [--tasks 200] [--parallel 1] [--warmup 20] [--emit]
                                     [--no-wait] [--answer early|recorded] [--profile OUT]
+    python bench/bench_recording.py --backlog 2000
 
 --parallel 0: the tasks run one after the other in the worker itself, one task log for all
 (as in a Ray worker); otherwise each in a forked process with a log of its own (Airflow).
@@ -19,6 +20,11 @@ recorder's CPU per task over the measured tasks (its /proc utime + stime before 
 the figure issue 21 bounds at 1 ms.  --no-wait: producers do not wait (as Ray workers and
 Snakemake do); the recorder's CPU per task is then measured once it has caught up (and,
 with --emit, sent the events).
+
+--backlog N: a recorder catching up (after an outage, or started late): N task processes
+run and exit with no recorder, then one recorder pass (`Follower.poll`, in this process)
+records them all; timed for N/4 and for N producers' logs, with the ratio of their costs
+per task (1: linear in the backlog).
 """
 
 from __future__ import annotations
@@ -105,6 +111,64 @@ WORKER = textwrap.dedent('''
 ''')
 
 
+BACKLOG = textwrap.dedent('''
+    import os, sys
+    from datetime import datetime, timezone
+    from roar_core.pipeline import tracer
+    from roar_core.recording.tasklog import TaskLog
+    session, data, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    shim = tracer.loaded()
+    assert shim is not None, "the tracer is not preloaded"
+    for i in range(1, n + 1):
+        pid = os.fork()
+        if pid == 0:
+            log = TaskLog(session)
+            run_id = f"0190a000-0000-7000-8000-{i:012d}"
+            log.begun({"run_id": run_id, "engine": "bench", "namespace": "bench",
+                       "job_name": "bench.task", "host": os.uname().nodename,
+                       "started_at": datetime.now(timezone.utc).isoformat(),
+                       "pid": os.getpid(), "traced": True})
+            shim.begin(run_id)
+            with open(os.path.join(data, f"{i - 1}.txt")) as f:
+                text = f.read()
+            with open(os.path.join(data, f"{i}.txt"), "w") as f:
+                f.write(text[:64] + str(i) + "\\n")
+            shim.end()
+            log.ended(run_id, "COMPLETE")
+            os._exit(0)
+        os.waitpid(pid, 0)
+''')
+
+
+def backlog(n: int) -> tuple[float, int]:
+    """CPU seconds of one recorder pass over `n` dead producers' task logs, and how many
+    tasks it recorded."""
+    from roar_core import config
+    from roar_core.api import Roar
+    from roar_core.pipeline import tracer
+    from roar_core.recording.follower import Follower
+
+    root = Path(tempfile.mkdtemp(prefix="roar-bench-backlog-"))
+    try:
+        session, data = root / "session", root / "data"
+        session.mkdir()
+        data.mkdir()
+        (data / "0.txt").write_text("seed\n")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENLINEAGE", "ROAR_"))}
+        subprocess.run([sys.executable, "-c", BACKLOG, str(session), str(data), str(n)],
+                       env=tracer.preload_env(session, base=env), check=True, cwd=root)
+        roar = Roar(config.load(cwd=root, env={}, home=str(root / "home")), send=False)
+        follower = Follower(roar, session)
+        cpu = time.process_time()
+        done = follower.poll()
+        cpu = time.process_time() - cpu
+        follower.close()
+        roar.close(timeout=0)
+        return cpu, done
+    finally:
+        subprocess.run(["rm", "-rf", str(root)], check=False)
+
+
 def _cpu_s(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -137,7 +201,19 @@ def main() -> None:
                     help="what a waiting producer waits for: its lineage (as the Airflow "
                          "hook, the default) or its recorded mark (after the store)")
     ap.add_argument("--profile", metavar="OUT", help="py-spy the recorder (collapsed stacks)")
+    ap.add_argument("--backlog", type=int, metavar="N",
+                    help="time one pass catching up on N (and N/4) dead producers instead")
     args = ap.parse_args()
+    if args.backlog:
+        per = {}
+        for n in (args.backlog // 4, args.backlog):
+            cpu, done = backlog(n)
+            per[n] = cpu / n
+            print(f"backlog of {n} producers: one pass recorded {done}, {cpu:.2f} s CPU, "
+                  f"{1e3 * cpu / n:.2f} ms per task" + ("" if done == n else "; TASKS MISSED"))
+        small, big = per
+        print(f"per task at {big} / at {small}: {per[big] / per[small]:.2f} (1: linear)")
+        return
 
     from roar_core import config
     from roar_core.pipeline import tracer
