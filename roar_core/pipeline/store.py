@@ -670,6 +670,18 @@ class Store:
             ).one_or_none()
             return None if row is None else _task_record(row)
 
+    def task_statuses(self, run_ids: Iterable[str]) -> dict[str, str]:
+        """run id -> status of those of `run_ids` stored (one query per 500: a recorder
+        resuming a dead one's logs asks about each task they hold)."""
+        ids = sorted(set(run_ids))
+        out: dict[str, str] = {}
+        with self._transaction("cannot query task runs", write=False) as conn:
+            for i in range(0, len(ids), 500):
+                rows = conn.execute(select(TaskRunRow.run_id, TaskRunRow.status)
+                                    .where(TaskRunRow.run_id.in_(ids[i:i + 500])))
+                out.update((run_id, status) for run_id, status in rows)
+        return out
+
     def task_runs(self, workflow_run_id: str | None = None, limit: int = 50) -> list[TaskRunRecord]:
         """Most recent first; all engines when no workflow run is given."""
         query = select(TaskRunRow.__table__).order_by(TaskRunRow.started_at.desc()).limit(limit)

@@ -351,8 +351,10 @@ class Follower:
         if self.order is not None and ordered:
             ordered = self._hold(ordered)
         tasks = []
+        inherited = [e.meta.run_id for f, e, _ in ordered if e.meta.run_id in f.inherited]
+        stored = self.roar.store.task_statuses(inherited) if inherited else {}
         for f, entry, outcome in ordered:
-            if self._recorded_before(f, entry):
+            if self._recorded_before(f, entry, stored):
                 continue
             try:
                 self._ensure_workflow(entry.meta)
@@ -456,16 +458,17 @@ class Follower:
                 log.debug("roar: early answer from %s left to the pass: %s", name, e)
         return answered
 
-    def _recorded_before(self, f: _Followed, entry: Entry) -> bool:
+    def _recorded_before(self, f: _Followed, entry: Entry, stored: dict[str, str]) -> bool:
         """Was the task recorded by a recorder that died before marking it?  Only a task
         the log held when this follower first read it can have been: the lock kept any
         other recorder out since.  Its events, staged before its commit, are spooled (again:
-        they may have been), and it is marked."""
+        they may have been), and it is marked.  `stored`: the statuses in the store of
+        the inherited tasks at hand."""
         if entry.meta.run_id not in f.inherited:
             return False
         f.inherited.discard(entry.meta.run_id)
-        stored = self.roar.store.task_run(entry.meta.run_id)
-        if stored is None or stored.status == "RUNNING":
+        status = stored.get(entry.meta.run_id)
+        if status is None or status == "RUNNING":
             return False
         entry.started = True
         events = self._restaged.pop(entry.meta.run_id, None)
@@ -475,7 +478,7 @@ class Follower:
             for event in events:
                 self.roar.writer.emit(Event(event))
         # What this recorder can say without the predecessor's answer.
-        self._recorded(f, entry, {"ok": True, "status": stored.status, "error": None,
+        self._recorded(f, entry, {"ok": True, "status": status, "error": None,
                                   "inputs": [], "outputs": [],
                                   "note": "recorded by an earlier recorder"})
         return True
