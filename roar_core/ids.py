@@ -1,5 +1,5 @@
-"""Run ids: UUIDv7 (time-ordered, so runs sort by start), without importing the
-OpenLineage client on the CLI's fast path."""
+"""Identities: run ids, UUIDv7 (time-ordered, so runs sort by start), without importing
+the OpenLineage client on the CLI's fast path; this host's name."""
 
 from __future__ import annotations
 
@@ -20,3 +20,11 @@ def looks_like_run_id(key: str) -> bool:
     """Whether a command-line key has a run id's shape (36 characters, four dashes): worth
     looking up as a run before reading it as a path."""
     return len(key) == 36 and key.count("-") == 4
+
+
+def host_name() -> str:
+    """This host's name, as `socket.gethostname()` gives it on Linux (the kernel's node
+    name), without importing socket (~2 ms of its enums, on every `roar-core run`).  The
+    one spelling for task logs, runs, machine facets and the engines' task metadata: a
+    recorder records only the task logs of its own host."""
+    return os.uname().nodename

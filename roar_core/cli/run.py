@@ -168,11 +168,11 @@ def begin(cfg: Config, argv: list[str], job_name: str, traced: bool,
     """A run's begin, in the task log under the roar home; where that cannot be written (a
     full disk, a read-only mount), in the spare directory (`spare_dir`), recorded once the
     home can be written again.  NoSession: nowhere."""
-    from roar_core.ids import new_run_id
+    from roar_core.ids import host_name, new_run_id
 
     meta = {"run_id": new_run_id(), "engine": "cli", "namespace": cfg.namespace,
             "job_name": job_name, "started_at": tasklog.now_iso(),
-            "command": list(argv), "host": tasklog.host_name(), "pid": os.getpid(),
+            "command": list(argv), "host": host_name(), "pid": os.getpid(),
             "traced": traced, "untraced_reason": untraced_reason, "cwd": os.getcwd()}
     own_name = f"{RUN_PREFIX}{os.urandom(16).hex()}"
     problems = []
@@ -377,10 +377,11 @@ def adopt_old_runs(cfg: Config) -> int:
     nothing).  Returns how many."""
     import json
 
+    from roar_core.ids import host_name
     from roar_core.recording.sessions import pid_alive
 
     adopted = 0
-    host = tasklog.host_name()
+    host = host_name()
     for base in log_dirs(cfg):
         try:
             with os.scandir(base) as entries:

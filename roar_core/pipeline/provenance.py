@@ -14,11 +14,12 @@ import functools
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from typing import Any, NamedTuple
+
+from roar_core.ids import host_name
 
 NVIDIA_SMI_TIMEOUT_S = 10
 
@@ -39,7 +40,7 @@ def _digest(data: dict[str, Any]) -> str:
 
 @functools.cache
 def machine() -> Facts:
-    data: dict[str, Any] = {"host": socket.gethostname(), "cores": os.cpu_count() or 0}
+    data: dict[str, Any] = {"host": host_name(), "cores": os.cpu_count() or 0}
     cpu = _first("/proc/cpuinfo", "model name")
     if cpu:
         data["cpuModel"] = cpu

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
+
+from roar_core.ids import host_name
 
 Role = Literal["input", "output", "deleted", "transient"]
 Status = Literal["RUNNING", "COMPLETE", "FAIL", "ABORT"]
@@ -65,7 +66,7 @@ class TaskRun:
     parent_run_id: str | None = None
     engine_task_id: str | None = None
     attempt: int = 0
-    host: str = field(default_factory=socket.gethostname)
+    host: str = field(default_factory=host_name)
     pid: int = field(default_factory=os.getpid)
     command: list[str] = field(default_factory=list)  # already redacted by the caller
     code: list[CodeFile] = field(default_factory=list)

@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from roar_core.ids import host_name
 from roar_core.pipeline.attribution import UNATTRIBUTED
 from roar_core.pipeline.spoolfiles import write_all
 from roar_core.pipeline.store_records import StoreError
@@ -32,7 +33,6 @@ from roar_core.recording.tasklog import (
     Entry,
     Given,
     TaskLogFile,
-    host_name,
     log_paths,
     poke,
     process_alive,

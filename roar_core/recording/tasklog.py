@@ -44,6 +44,7 @@ import time
 from collections import namedtuple
 from pathlib import Path
 
+from roar_core.ids import host_name
 from roar_core.slotted import Slotted
 
 TYPE_CHECKING = False  # not typing's (see roar_core.slotted)
@@ -180,12 +181,6 @@ def read_summary(session: WholeSession) -> dict[str, Any]:
     the records (it would read and attribute every one of them again)."""
     return {"logs": session.logs_read, "dropped": session.events.dropped,
             "errors": session.errors}
-
-
-def host_name() -> str:
-    """This host's name, as `socket.gethostname()` gives it on Linux (the kernel's node
-    name), without importing socket (~2 ms of its enums, on every `roar-core run`)."""
-    return os.uname().nodename
 
 
 def now_iso() -> str:

@@ -14,8 +14,9 @@ This module is imported when Airflow discovers providers: keep its imports light
 from __future__ import annotations
 
 import os
-import socket
 import sys
+
+from roar_core.ids import host_name
 
 __all__ = ["exports", "shell_exports"]
 
@@ -39,7 +40,7 @@ def exports() -> dict[str, str | None]:
     cfg = config.load()
     # The worker's session lives as long as the worker (its recorder removes the
     # logs of finished processes).
-    session = new_session_dir(cfg, f"airflow-{socket.gethostname()}-{os.getpid()}",
+    session = new_session_dir(cfg, f"airflow-{host_name()}-{os.getpid()}",
                               in_memory=True)
     return {"ROAR_HOME": str(cfg.home), tracer.ENV_SESSION: str(session),
             "LD_PRELOAD": tracer.preload_env(session)["LD_PRELOAD"], tracer.ENV_TAG: None}

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
 import sys
 from typing import Any
 
 from ray._private.runtime_env.plugin import RuntimeEnvPlugin
 
+from roar_core.ids import host_name
 from roar_core.pipeline import tracer
 from roar_ray import _env
 
@@ -29,7 +29,7 @@ def agent_node_id(argv: list[str] | None = None) -> str:
             return arg.split("=", 1)[1]
         if arg == "--node-id" and i + 1 < len(argv):
             return argv[i + 1]
-    return socket.gethostname()
+    return host_name()
 
 
 def preload_value(lib: str, existing: str | None) -> str:

@@ -33,7 +33,6 @@ import json
 import logging
 import os
 import queue
-import socket
 import sys
 import threading
 import time
@@ -44,7 +43,7 @@ from typing import Any
 
 import ray
 
-from roar_core.ids import new_run_id
+from roar_core.ids import host_name, new_run_id
 from roar_core.pipeline import tracer
 from roar_core.pipeline.capture import WorkerCapture
 from roar_core.recording import recorder
@@ -115,7 +114,7 @@ class _Worker:
         # the recording side): what every task of this worker shares, written once.
         self.tasks = TaskLog(session, common={
             "engine": ENGINE, "namespace": namespace, "command": None,
-            "host": socket.gethostname(), "pid": os.getpid(), "node_id": node_id,
+            "host": host_name(), "pid": os.getpid(), "node_id": node_id,
             "traced": self.traced, "untraced_reason": reason,
             "workflow": {"namespace": job["namespace"], "job_name": job["job_name"],
                          "run_id": job["run_id"]} if job else None,

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -24,7 +23,7 @@ from pathlib import Path
 
 import roar_core
 from roar_core import config as config_mod
-from roar_core.ids import new_run_id
+from roar_core.ids import host_name, new_run_id
 from roar_core.pipeline import tracer
 from roar_core.recording import recorder
 from roar_core.recording.sessions import hold_owner_lock, new_session_dir
@@ -110,7 +109,7 @@ class Lineage:
             owner = hold_owner_lock(directory)  # never swept while we live
             recorder.write_settings(directory, cfg, [*(p for p in internal if p), directory])
             tasks = TaskLog(directory, results=True, common={
-                "engine": ENGINE, "namespace": cfg.namespace, "host": socket.gethostname(),
+                "engine": ENGINE, "namespace": cfg.namespace, "host": host_name(),
                 "workflow": {"namespace": cfg.namespace, "job_name": name, "run_id": wf},
                 "engine_version": engine})
         except OSError as e:

@@ -35,7 +35,6 @@ import atexit
 import enum
 import glob
 import os
-import socket
 import tempfile
 import time
 from dataclasses import dataclass
@@ -44,6 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from roar_airflow.version_compat import BaseHook
+from roar_core.ids import host_name
 
 if TYPE_CHECKING:
     from roar_core.config import Config
@@ -175,7 +175,7 @@ class RoarHook(BaseHook):
             directory = Path(os.environ[tracer.ENV_SESSION])
         else:
             # The host's session for tasks of workers started without the tracer.
-            directory = cfg.sessions_dir / f"airflow-{socket.gethostname()}"
+            directory = cfg.sessions_dir / f"airflow-{host_name()}"
         run = TaskRun(ident, mode, directory)
         tasks = _task_log(directory)
         own = None
@@ -188,7 +188,7 @@ class RoarHook(BaseHook):
             "run_id": ident.run_id, "engine": ENGINE, "namespace": ident.namespace,
             "job_name": ident.job_name, "started_at": datetime.now(timezone.utc).isoformat(),
             "engine_task_id": ident.engine_task_id, "attempt": ident.attempt,
-            "host": socket.gethostname(), "pid": os.getpid(),
+            "host": host_name(), "pid": os.getpid(),
             "traced": mode is not Mode.UNTRACED, "untraced_reason": untraced_reason,
             "workflow": ident.workflow, "secrets": list(ident.secrets),
             "engine_version": {"name": ENGINE, "version": airflow_version()},
