@@ -397,7 +397,7 @@ class LogListing:
 
     A recorder follows one producer per task process, each with a collector of its own
     tree; each listing the directory itself, at every pass, scanned it once per producer
-    with tasks outstanding: with a backlog of 50 that was most of the recorder's CPU, and
+    with tasks outstanding: with a backlog of 50 that was half of the recorder's CPU, and
     a recorder catching up on 2,000 dead producers' logs took 35 s for one pass.  The
     owner marks it stale after reading the end lines it is about to record (a task's logs
     all exist by its end), and the first collector to look lists the directory again;
