@@ -45,9 +45,9 @@ WORKER = textwrap.dedent('''
     from roar_core.pipeline import tracer
     from roar_core.recording import recorder
     from roar_core.recording.tasklog import TaskLog
-    session, data, tasks, parallel, wait, early = (
+    session, data, tasks, parallel, wait, early, ensure = (
         sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1",
-        sys.argv[6] == "1")
+        sys.argv[6] == "1", sys.argv[7] == "1")
     shim = tracer.loaded()
     assert shim is not None, "the tracer is not preloaded"
 
@@ -65,7 +65,8 @@ WORKER = textwrap.dedent('''
         log.begun({"run_id": run_id, "engine": "bench", "namespace": "bench",
                    "job_name": "bench.task", "started_at": datetime.now(timezone.utc).isoformat(),
                    "host": os.uname().nodename, "pid": os.getpid(), "traced": True})
-        recorder.ensure(Path(session))
+        if ensure:  # (--backlog: no recorder while the tasks run)
+            recorder.ensure(Path(session))
         shim.begin(run_id)
         t1 = time.perf_counter()
         # The previous task's output; tasks running side by side read the seed instead (the
@@ -111,35 +112,6 @@ WORKER = textwrap.dedent('''
 ''')
 
 
-BACKLOG = textwrap.dedent('''
-    import os, sys
-    from datetime import datetime, timezone
-    from roar_core.pipeline import tracer
-    from roar_core.recording.tasklog import TaskLog
-    session, data, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    shim = tracer.loaded()
-    assert shim is not None, "the tracer is not preloaded"
-    for i in range(1, n + 1):
-        pid = os.fork()
-        if pid == 0:
-            log = TaskLog(session)
-            run_id = f"0190a000-0000-7000-8000-{i:012d}"
-            log.begun({"run_id": run_id, "engine": "bench", "namespace": "bench",
-                       "job_name": "bench.task", "host": os.uname().nodename,
-                       "started_at": datetime.now(timezone.utc).isoformat(),
-                       "pid": os.getpid(), "traced": True})
-            shim.begin(run_id)
-            with open(os.path.join(data, f"{i - 1}.txt")) as f:
-                text = f.read()
-            with open(os.path.join(data, f"{i}.txt"), "w") as f:
-                f.write(text[:64] + str(i) + "\\n")
-            shim.end()
-            log.ended(run_id, "COMPLETE")
-            os._exit(0)
-        os.waitpid(pid, 0)
-''')
-
-
 def backlog(n: int) -> tuple[float, int]:
     """CPU seconds of one recorder pass over `n` dead producers' task logs, and how many
     tasks it recorded."""
@@ -155,7 +127,9 @@ def backlog(n: int) -> tuple[float, int]:
         data.mkdir()
         (data / "0.txt").write_text("seed\n")
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENLINEAGE", "ROAR_"))}
-        subprocess.run([sys.executable, "-c", BACKLOG, str(session), str(data), str(n)],
+        # The tasks of the timed bench, each in a process of its own, one after the other.
+        subprocess.run([sys.executable, "-c", WORKER, str(session), str(data), "0", "1", "0",
+                        "0", "0"], input=f"1 {n}\n", text=True, stdout=subprocess.DEVNULL,
                        env=tracer.preload_env(session, base=env), check=True, cwd=root)
         roar = Roar(config.load(cwd=root, env={}, home=str(root / "home")), send=False)
         follower = Follower(roar, session)
@@ -229,7 +203,7 @@ def main() -> None:
     recorder.write_settings(session, cfg, waited=not args.no_wait, idle_exit_s=60)
     worker = subprocess.Popen(
         [sys.executable, "-c", WORKER, str(session), str(data), "0", str(args.parallel),
-         "0" if args.no_wait else "1", "1" if args.answer == "early" else "0"],
+         "0" if args.no_wait else "1", "1" if args.answer == "early" else "0", "1"],
         env=tracer.preload_env(session, base=env), stdin=subprocess.PIPE,
         stdout=subprocess.PIPE, text=True, cwd=root)
     assert worker.stdout.readline() == "ready\n"

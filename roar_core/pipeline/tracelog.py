@@ -380,8 +380,7 @@ def _scan(session_dir: str | os.PathLike, since_mono_ns: int | None = None,
                 if not (e.name.startswith("roar-") and e.name.endswith(".log")):
                     continue
                 key = _log_key(e.name)
-                if since_mono_ns is not None and key is not None and (
-                        key[0] < since_mono_ns and key[1] != pid):
+                if since_mono_ns is not None and not in_window(key, since_mono_ns, pid):
                     continue
                 if e.is_file():
                     keyed.append((key or (0, 0), e.path))
@@ -389,6 +388,13 @@ def _scan(session_dir: str | os.PathLike, since_mono_ns: int | None = None,
         return []
     keyed.sort()
     return keyed
+
+
+def in_window(key: tuple[int, int] | None, since_mono_ns: int, pid: int | None) -> bool:
+    """Whether the log named by `key` ((mono_ns, pid) from its name; None or (0, 0): not
+    named so, kept) was created since `since_mono_ns` or is `pid`'s own: an older one is
+    another process's that had a pid of the tree since reused."""
+    return key is None or key == (0, 0) or key[0] >= since_mono_ns or key[1] == pid
 
 
 class LogListing:
@@ -402,18 +408,17 @@ class LogListing:
     owner marks it stale after reading the end lines it is about to record (a task's logs
     all exist by its end), and the first collector to look lists the directory again;
     each collector then finds its tree's logs through `related`, not by reading them all.
-    `headers`: logs' headers read so far (kept across listings; its owner drops those of
-    logs it removes)."""
+    `headers`: logs' headers read so far (kept across listings, each read once; its owner
+    drops those of the logs it removes)."""
 
-    def __init__(self, directory: str | os.PathLike,
-                 headers: dict[Path, LogHeader] | None = None):
+    def __init__(self, directory: str | os.PathLike):
         self.directory = directory
-        self.headers = {} if headers is None else headers
+        self.headers: dict[Path, LogHeader] = {}
         self.version = 0
         self._stale = True
         self._paths: dict[str, Path] = {}  # kept: a Path's hash is computed once
         self._keys: dict[Path, tuple[int, int]] = {}
-        self._related: dict[int, list[Path]] = {}
+        self._related: dict[int, list[tuple[Path, LogHeader]]] = {}
 
     def invalidate(self) -> None:
         self._stale = True
@@ -428,7 +433,7 @@ class LogListing:
         known, headers = self._paths, self.headers
         paths: dict[str, Path] = {}
         keys: dict[Path, tuple[int, int]] = {}
-        related: dict[int, list[Path]] = {}
+        related: dict[int, list[tuple[Path, LogHeader]]] = {}
         for key, p in _scan(self.directory):
             path = paths[p] = known.get(p) or Path(p)
             keys[path] = key
@@ -438,15 +443,15 @@ class LogListing:
                     head = headers[path] = read_header(path)
                 except TraceLogError:
                     continue  # being created: its header is not written yet (next time)
-            related.setdefault(head.pid, []).append(path)
+            related.setdefault(head.pid, []).append((path, head))
             if head.ppid != head.pid:
-                related.setdefault(head.ppid, []).append(path)
+                related.setdefault(head.ppid, []).append((path, head))
         self._paths, self._keys, self._related = paths, keys, related
         self.version += 1
         self._stale = False
 
-    def related(self, pid: int) -> list[Path]:
-        """The logs (with their headers read) of process `pid` and of its children."""
+    def related(self, pid: int) -> list[tuple[Path, LogHeader]]:
+        """The logs of process `pid` and of its children, with their headers."""
         return self._related.get(pid, [])
 
     def key(self, path: Path) -> tuple[int, int] | None:

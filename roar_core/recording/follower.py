@@ -191,8 +191,9 @@ class Follower:
         self._unsynced: dict[Path, _Followed] = {}
         self._urgent = False  # a producer waits for a task of this window
         self._workflow_rows: set[str] = set()  # workflow runs known to be in the store
-        self._headers: dict = {}  # tracer logs' headers, read once for all collectors
-        self._listing = LogListing(self.directory, self._headers)  # listed once a pass
+        # The tracer logs, listed once a pass and their headers read once, for all the
+        # producers' collectors.
+        self._listing = LogListing(self.directory)
         # Logs made after this moment were never seen by a recorder before us (it held the
         # directory's lock until it died, and we hold it now).
         self._born_mono = time.monotonic_ns()
@@ -397,7 +398,7 @@ class Follower:
         if j.host != self._host:
             self._foreign.add(path)
             return None
-        f = self._files[path] = _Followed(j, self.directory, self._headers, self._listing)
+        f = self._files[path] = _Followed(j, self.directory, self._listing)
         if j.mono is not None and j.mono > self._born_mono:
             f.inherited.clear()
         f.begun = [e for e in j.entries.values() if not e.started]
@@ -618,7 +619,7 @@ class Follower:
         f.close()
         del self._files[f.tasklog.path]
         for path in [f.tasklog.path, *f.collector.owned()]:
-            self._headers.pop(path, None)
+            self._listing.headers.pop(path, None)
             try:
                 path.unlink()
             except OSError:
@@ -799,7 +800,7 @@ class Follower:
 
 
 class _Followed:
-    def __init__(self, tasklog: TaskLogFile, directory: Path, headers: dict | None = None,
+    def __init__(self, tasklog: TaskLogFile, directory: Path,
                  listing: LogListing | None = None):
 
         self.tasklog = tasklog
@@ -809,8 +810,7 @@ class _Followed:
         # Only its process's tree, and only processes started after the log was (a worker's
         # session holds a log for every process it ever forked).
         self.collector = SessionCollector(directory, root_pid=tasklog.pid,
-                                          since_mono_ns=tasklog.mono, headers=headers,
-                                          listing=listing)
+                                          since_mono_ns=tasklog.mono, listing=listing)
         self.dead = False  # its process had exited (or closed its log) when this pass began
         self.done = False
         self._marks: list[dict] = []
@@ -903,8 +903,7 @@ def recover(roar: Roar, directory: str | os.PathLike, *,
         j = TaskLogFile.open(path)
         if j is None or j.host != follower._host or j.alive():
             continue
-        f = follower._files[path] = _Followed(j, follower.directory, follower._headers,
-                                             follower._listing)
+        f = follower._files[path] = _Followed(j, follower.directory, follower._listing)
         f.begun = [e for e in j.entries.values() if not e.started]
         follower._advance(f)
         done += follower._record_in_order(follower._ready(f, []))

@@ -249,23 +249,22 @@ class SessionCollector:
 
     def __init__(self, directory: Path, root_pid: int | None = None,
                  since_mono_ns: int | None = None,
-                 headers: dict[Path, tracelog.LogHeader] | None = None,
                  listing: tracelog.LogListing | None = None):
         """`root_pid`: read only the logs of that process and its descendants (a worker
         sharing the directory with other workers reads its own tree, not theirs).
         `since_mono_ns` (CLOCK_MONOTONIC, with root_pid): the tree's processes started after
         that moment, so older logs other than root_pid's own are skipped by name, unopened
         (a long-lived session holds a log for every task process ever forked).
-        `headers`: logs' headers already read, shared by the collectors of one directory
-        (each would otherwise read every other live process's header once).  `listing`
-        (with root_pid): the directory's listing, shared by those collectors and made stale
-        by their owner, instead of one of its own."""
+        `listing` (with root_pid): the directory's listing and logs' headers, shared by
+        the collectors of one directory and made stale by their owner, instead of its own
+        (each would otherwise list the directory, and read every other live process's
+        header once)."""
         self.directory = Path(directory)
         self._tree: set[int] | None = None if root_pid is None else {root_pid}
         self._root_pid = root_pid
         self._since = since_mono_ns
         self._others: dict[Path, tracelog.LogHeader] = {}  # logs outside the tree so far
-        self._known = {} if headers is None else headers
+        self._known: dict[Path, tracelog.LogHeader] = {}
         self._mine: set[Path] = set()
         self._offsets: dict[Path, int] = {}
         self._headers: dict[Path, tracelog.LogHeader] = {}
@@ -337,15 +336,11 @@ class SessionCollector:
         assert tree is not None
         todo = list(tree)
         while todo:
-            for path in shared.related(todo.pop()):
-                if path in mine:
+            for path, head in shared.related(todo.pop()):
+                if path in mine or since is not None and not tracelog.in_window(
+                        shared.key(path), since, self._root_pid):
                     continue
-                key = shared.key(path)
-                # As log_files' filter: older logs are other processes' that had our pids.
-                if (since is not None and key is not None and key[0] < since
-                        and key[1] != self._root_pid and key != (0, 0)):
-                    continue
-                head = self._headers[path] = shared.headers[path]
+                self._headers[path] = head
                 mine.add(path)
                 if head.pid not in tree:
                     tree.add(head.pid)
