@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import os
-import shlex
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -13,7 +12,7 @@ from pathlib import Path
 
 from roar_core.slotted import Frozen
 
-# ctypes, subprocess, tempfile and the log reader are imported where they are used: this
+# ctypes, subprocess, shlex, tempfile and the log reader are imported where they are used: this
 # module is on `roar-core run`'s path, which must start the command within milliseconds.
 
 LIB_NAME = "libroar_preload.so"
@@ -88,6 +87,8 @@ def status() -> TracerStatus:
 def shell_lines(changes: Mapping[str, str | None]) -> str:
     """Shell lines making these environment changes (`roar-core env ENGINE`): `export`, or
     `unset` where the value is None."""
+    import shlex
+
     return "".join(f"export {k}={shlex.quote(v)}\n" if v is not None else f"unset {k}\n"
                    for k, v in changes.items())
 
