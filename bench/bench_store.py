@@ -1,6 +1,7 @@
 """A store that grows: big tasks recorded one after another into one SQLite store.
 
     python bench/bench_store.py [--tasks 8] [--files 5000] [--rounds 2] [--tmp DIR]
+    python bench/bench_store.py --page-sizes 16384,8192 [--small 1000] [--rounds 3]
 
 Each task's end goes in as the recorder writes it (`Store.finish_task_run` in a batch: its
 start row, its accesses, its versions), with random digests (every file new content).
@@ -8,6 +9,11 @@ Each round records the same sequence twice, interleaved: with roar's writer sett
 with SQLite's default page cache (the baseline); it prints ms per task, in order, and
 the ratio of the last half's medians.  What it shows: how a task's cost grows with the
 store beneath it (the bench_core figures use a fresh store per run).
+
+--page-sizes: the same sequence of big tasks, and --small tasks of 2 files each (one reads
+the previous one's output) committed one by one as a recorder answering each task as it
+ends does, into stores made with each page size, interleaved; per task medians (small:
+the mean too, which holds the WAL checkpoints) and ratios to the first size.
 """
 
 from __future__ import annotations
@@ -65,14 +71,75 @@ def record(home: Path, tasks: int, files: int, default_cache: bool) -> list[floa
     return took
 
 
+def small(home: Path, tasks: int) -> list[float]:
+    """Seconds per task of `tasks` 2-file tasks, a commit each."""
+    store = S.Store.open(home=home)
+    took = []
+    try:
+        prev = None
+        for t in range(tasks):
+            run_id = f"0190c000-0000-7000-8000-{t:012d}"
+            now = datetime.now(timezone.utc)
+            out = Access(uri=f"/data/{t}.txt", role="output",
+                         digest="blake3:" + os.urandom(32).hex(), size=64, mtime_ns=t)
+            accesses = [out] if prev is None else [
+                Access(uri=prev.uri, role="input", digest=prev.digest, size=64,
+                       mtime_ns=prev.mtime_ns), out]
+            t0 = time.perf_counter()
+            with store.batch():
+                store.finish_task_run(run_id, "COMPLETE", now, accesses=accesses,
+                                      started=TaskRun(run_id, "cli", "bench", "job", now))
+            took.append(time.perf_counter() - t0)
+            prev = out
+    finally:
+        store.close()
+    return took
+
+
+def page_sizes(args: argparse.Namespace, root: Path) -> None:
+    sizes = [int(x) for x in args.page_sizes.split(",")]
+    res: dict[int, dict[str, list[float]]] = {n: {"small": [], "big": []} for n in sizes}
+    kept = S.SQLITE_PAGE_SIZE
+    try:
+        for r in range(args.rounds):
+            for n in sizes:
+                S.SQLITE_PAGE_SIZE = n  # what a new store is made with
+                home = root / f"{r}-{n}"
+                res[n]["small"] += small(home / "small", args.small)
+                res[n]["big"] += record(home / "big", args.tasks, args.files, False)
+                shutil.rmtree(home)
+            print(f"round {r + 1} done", file=sys.stderr)
+    finally:
+        S.SQLITE_PAGE_SIZE = kept
+    base = res[sizes[0]]
+    print(f"page size   {args.small} tasks of 2 files, a commit each (us per task)   "
+          f"{args.tasks} tasks of {args.files:,} files (ms per task)")
+    med, mean = statistics.median, statistics.mean
+    for n in sizes:
+        sm, bg = res[n]["small"], res[n]["big"]
+        print(f"{n:>9}   median {1e6 * med(sm):6.0f} ({med(sm) / med(base['small']):.2f} x), "
+              f"mean {1e6 * mean(sm):6.0f} ({mean(sm) / mean(base['small']):.2f} x)"
+              f"   median {1e3 * med(bg):7.1f} ({med(bg) / med(base['big']):.2f} x)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", type=int, default=8)
     ap.add_argument("--files", type=int, default=5000)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--tmp", default=None)
+    ap.add_argument("--page-sizes", metavar="N,N...",
+                    help="compare new stores made with these page sizes (the first: baseline)")
+    ap.add_argument("--small", type=int, default=1000,
+                    help="with --page-sizes: 2-file tasks per round")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="roar-bench-store-", dir=args.tmp))
+    if args.page_sizes:
+        try:
+            page_sizes(args, root)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        return 0
     late = {"roar": [], "SQLite default cache": []}
     try:
         for r in range(args.rounds):

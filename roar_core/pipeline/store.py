@@ -149,9 +149,12 @@ def _prepare_home(home: Path) -> Path:
     return home / DB_FILENAME
 
 
-# Measured, 5000 new files recorded by one task: finish_task_run 71-76 ms with SQLite's
-# default 4 KiB pages, 56-62 ms with 16 KiB (64 KiB gains nothing more).
-SQLITE_PAGE_SIZE = 16384
+# Every page a commit dirties goes to the WAL whole, and a small task dirties a page in
+# most tables and indexes.  `bench/bench_store.py --page-sizes 16384,8192`: a 2-file task
+# committed alone 16-33 % cheaper with 8 KiB pages than with 16 KiB, a 5,000-file task the
+# same (0.99 x over 6 rounds; single rounds 0.89-1.26 x); 4 KiB no better for the first
+# and slower for the second.  Only a new store takes it.
+SQLITE_PAGE_SIZE = 8192
 # The writer's page cache, KiB (SQLite's default: 2,000). A task's thousands of rows land on
 # index pages spread over the whole store (digests are random): with the default, a grown
 # store's pages are evicted and read again within one task. Measured, 5,000-file tasks into
