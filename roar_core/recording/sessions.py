@@ -264,7 +264,6 @@ class SessionCollector:
         self._root_pid = root_pid
         self._since = since_mono_ns
         self._others: dict[Path, tracelog.LogHeader] = {}  # logs outside the tree so far
-        self._known: dict[Path, tracelog.LogHeader] = {}
         self._mine: set[Path] = set()
         self._offsets: dict[Path, int] = {}
         self._headers: dict[Path, tracelog.LogHeader] = {}
@@ -355,13 +354,10 @@ class SessionCollector:
         assert tree is not None
         for path in paths:
             if path not in self._mine and path not in self._others:
-                head = self._known.get(path)
-                if head is None:
-                    try:
-                        head = self._known[path] = tracelog.read_header(path)
-                    except tracelog.TraceLogError:
-                        continue  # being created: its header is not written yet
-                self._others[path] = head
+                try:
+                    self._others[path] = tracelog.read_header(path)
+                except tracelog.TraceLogError:
+                    continue  # being created: its header is not written yet
         grew = True
         while grew:
             grew = False
