@@ -10,13 +10,13 @@ its own path, and the match is published as an inferred edge of its own
 
 from __future__ import annotations
 
-import gc
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from roar_core.heap import gc_paused
 from roar_core.pipeline import capture as capture_mod
 from roar_core.pipeline import declared as declared_mod
 from roar_core.pipeline import emission, provenance, sourcecode
@@ -111,34 +111,6 @@ def _ns(t: datetime) -> int:
 
 def now() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def freeze_heap() -> None:
-    """For roar's own long-lived recorder processes, once set up: move every object alive
-    now (the imported libraries, hundreds of thousands) out of the collector's reach, so the
-    full collections between tasks walk only what tasks created.  No collection first: it
-    would walk all of them once (40-80 ms of CPU, taken from the engine starting beside
-    us) to free the little garbage importing leaves."""
-    gc.freeze()
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection while a task is recorded.
-
-    Recording allocates a few objects per traced operation, none of them in cycles; in a
-    process that has imported SQLAlchemy and the OpenLineage client, each full collection
-    those allocations trigger walks every live object (measured: half the time spent
-    reading a 15,000-record trace).  Reference counting still frees everything at once.
-    Nested or concurrent pauses are fine: only the one that found GC enabled re-enables it.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def task_info(meta: TaskMeta, dropped: int) -> emission.TaskInfo:

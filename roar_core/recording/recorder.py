@@ -287,7 +287,7 @@ def main(argv: list[str]) -> int:
     import logging
     from datetime import datetime, timezone
 
-    from roar_core.pipeline.writer import freeze_heap
+    from roar_core.heap import freeze_heap
     from roar_core.recording.follower import CausalOrder, Follower
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
