@@ -13,6 +13,7 @@ The fast path imports only light modules: the command starts within a few millis
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -222,9 +223,11 @@ def run(cfg: Config, argv: list[str], job_name: str | None = None, *,
         progress: Callable[[int, int], None] | None = None,
         exited: Callable[[Begun], None] | None = None,
         ended: Callable[[Begun], None] | None = None) -> Ran:
-    """Run argv traced and log its begin and end.  `wait`: someone waits for the run to be
-    recorded (`answer`): its logs are read while it runs, and its end asks for the
-    recorder's answer (`short_answer`: listing a few files of each kind, with counts);
+    """Run argv traced and log its begin and end; its logs are read while it runs (the
+    records classified and the files written hashed meanwhile: `WhileRunning`, made once
+    it has touched a file where no one waits: `OnceTouched`).  `wait`: someone waits for
+    the run to be recorded (`answer`): its end asks for the recorder's answer
+    (`short_answer`: listing a few files of each kind, with counts);
     `roar`: that someone may record it in this process, its files are hashed with roar's
     hasher; `progress`: of the hashing, without one; `exited(begun)`: called as soon as the
     command has exited, before its versions are taken (a recorder started then starts up
@@ -240,14 +243,18 @@ def run(cfg: Config, argv: list[str], job_name: str | None = None, *,
         return Ran(_run_plain(argv), None)
     collector = SessionCollector(begun.own) if usable else None
     stat_cache = begun.directory == cfg.sessions_dir
-    running = (_while_running(cfg, stat_cache) if collector and wait and roar is None
-               else None)
+    running: WhileRunning | OnceTouched | None = None
+    if collector is not None and roar is None:
+        running = (_while_running(cfg, stat_cache) if wait
+                   else OnceTouched(lambda: _while_running(cfg, stat_cache)))
     try:
         rc = run_traced(argv, begun.own if usable else None, begun.run_id,
-                        tail=collector if wait else None, running=running)
+                        tail=collector, running=running)
     except OSError as e:  # e.g. command not found: answer like a shell (127/126)
         rc = 127 if isinstance(e, FileNotFoundError) else 126
         print(f"roar-core: {argv[0]}: {e.strerror}", file=sys.stderr)
+    if isinstance(running, OnceTouched):
+        running = running.made  # None: the command ended before it touched a file
     if exited is not None:
         exited(begun)
     read = captured = summary = None
@@ -328,6 +335,37 @@ def _capture_tools(cfg: Config, stat_cache: bool) -> tuple[PathFilter, Hasher]:
     hasher = capture.hasher_for(cfg, stat_cache=stat_cache)
     hasher.hold_cache()
     return keep, hasher
+
+
+class OnceTouched(Slotted):
+    """A `WhileRunning` for a run no one waits for, made by the runner's tail at its first
+    read of the command's logs that finds a file touched: its imports (~45 ms of the
+    capture's modules), classification and hashing then go on while the command runs, on
+    the core it leaves free, not between its end and the shell's next command (where a
+    command writing one file spent them).  A command that has ended before (`true`, or
+    anything done within the tail's first 10 ms) is captured at its end as before."""
+
+    __slots__ = ("make", "made", "_before")
+
+    def __init__(self, make: Callable[[], WhileRunning]) -> None:
+        self.make = make
+        self.made: WhileRunning | None = None
+        self._before: list = []  # records read before: the classification needs them all
+
+    def seen(self, records: list) -> None:
+        if self.made is None:
+            from roar_core.pipeline.tracelog import LINEAGE_OPS
+
+            self._before += records
+            if not any(r.op in LINEAGE_OPS for r in records):
+                return
+            self.made = self.make()
+            records, self._before = self._before, []
+        self.made.seen(records)
+
+    def work(self, stop: Callable[[], bool], until: float) -> None:
+        if self.made is not None:
+            self.made.work(stop, until)
 
 
 def _while_running(cfg: Config, stat_cache: bool) -> WhileRunning:
@@ -509,6 +547,10 @@ def _run_plain(argv: list[str]) -> int:
 
 def main_fast(job_name: str | None, argv: list[str]) -> None:
     """`roar-core run` without the click CLI (see roar_core.cli.entry)."""
+    # A one-shot process, as `roar-core run --wait`'s (roar_core.cli.wait): the command's
+    # records and the versions taken at its end stay alive until it exits, and the cyclic
+    # collections their allocations set off walked them again and again.
+    gc.disable()
     from roar_core import config
 
     try:

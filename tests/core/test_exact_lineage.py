@@ -79,6 +79,23 @@ def test_three_quick_runs_rewriting_one_file_each_get_their_own_content(cli: Cli
     assert versions == [b3(f"content-{i}\n".encode()) for i in (1, 2, 3)]
 
 
+def test_a_background_run_that_rewrites_what_was_hashed_meanwhile_gets_what_it_left(
+        cli: Cli) -> None:
+    # `roar-core run` reads the command's logs while it runs and hashes what it wrote in
+    # the pause (run --wait did; the background run now too): ten files are rewritten
+    # with as many bytes right after, one is deleted, and the next command rewrites them
+    # all.  Every output's digest is the content the run left: the bytes the script wrote.
+    script = ("for i in $(seq 1 40); do printf 'first-%02d' $i > f$i.txt; done; sleep 0.5; "
+              "for i in $(seq 1 10); do printf 'again-%02d' $i > f$i.txt; done; rm f40.txt")
+    run_id = run(cli, "rewrites", script)
+    run(cli, "next", "for f in f*.txt; do echo later > $f; done")
+    got = accesses(cli, run_id)
+    truth = {str(cli.cwd / f"f{i}.txt"): (b3((b"again-%02d" if i <= 10 else b"first-%02d") % i),
+                                          None) for i in range(1, 40)}
+    assert got["output"] == truth
+    assert set(got["transient"]) == {str(cli.cwd / "f40.txt")}
+
+
 def test_a_file_deleted_by_the_next_command_stays_its_writers_output(cli: Cli) -> None:
     writer = run(cli, "writer", "printf 'short-lived\\n' > gone.txt")
     run(cli, "remover", "rm gone.txt")
