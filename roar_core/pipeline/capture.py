@@ -20,11 +20,10 @@ import json
 import os
 import sys
 import time
+from collections import namedtuple
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
 
 from roar_core.pipeline import declared as declared_mod
 from roar_core.pipeline.classification import (
@@ -44,8 +43,14 @@ from roar_core.pipeline.classification import (
 from roar_core.pipeline.objects import ObjectVersion
 from roar_core.pipeline.statcache import FileState
 from roar_core.pipeline.tracelog import RF_MODIFIED, Record
+from roar_core.slotted import Slotted
 
+# Not typing's (nor dataclasses): with typing, dataclasses and logging, the capture's
+# imports were ~20 ms more of each `roar-core run` of a command that touched a file.
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # imported when there are files to hash: blake3 and the native hasher
+    from typing import Any
+
     from roar_core.pipeline.hashing import Hasher, HashResult
 
 CHANGED_BY_TASK = "the task changed it before the version it read could be hashed"
@@ -55,21 +60,26 @@ UNSTABLE = "it kept changing while it was hashed"
 CHANGED_AFTER_END = "it changed after the task ended, before it could be hashed"
 
 
-class Version(NamedTuple):
+class Version(namedtuple("Version", ("digest", "size", "state", "why"), defaults=(None,))):
     """One file's version as a task saw it: a digest, or why there is none."""
 
+    __slots__ = ()
     digest: str | None  # 64 hex chars; None: unknown
     size: int | None
     state: FileState | None  # the state that digest (or that unknown) is of
-    why: str | None = None  # unknown: the reason
+    why: str | None  # unknown: the reason (None: known)
 
 
-@dataclass
-class Capture:
-    io: TaskIO
-    inputs: dict[bytes, Version] = field(default_factory=dict)  # the content opened
-    outputs: dict[bytes, Version] = field(default_factory=dict)  # the content left
-    code: dict[bytes, Version] = field(default_factory=dict)
+class Capture(Slotted):
+    __slots__ = ("io", "inputs", "outputs", "code")
+
+    def __init__(self, io: TaskIO, inputs: dict[bytes, Version] | None = None,
+                 outputs: dict[bytes, Version] | None = None,
+                 code: dict[bytes, Version] | None = None) -> None:
+        self.io = io
+        self.inputs = {} if inputs is None else inputs  # the content opened
+        self.outputs = {} if outputs is None else outputs  # the content left
+        self.code = {} if code is None else code
 
 
 def _known(r: HashResult) -> Version:

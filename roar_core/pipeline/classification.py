@@ -20,12 +20,12 @@ import site
 import stat
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 
 from roar_core.pipeline import objects
 from roar_core.pipeline.objects import ObjectVersion
 from roar_core.pipeline.statcache import FileState
 from roar_core.pipeline.tracelog import OP, RF_EXISTED, RF_MODIFIED, RF_STAT, RF_UNTRACEABLE, Record
+from roar_core.slotted import Frozen, Slotted
 
 O_ACCMODE = os.O_RDONLY | os.O_WRONLY | os.O_RDWR
 O_TMPFILE = getattr(os, "O_TMPFILE", 0o20200000)
@@ -111,26 +111,29 @@ def _interpreter_prefixes() -> tuple[bytes, ...]:
     return tuple(os.fsencode(os.path.join(os.path.realpath(d), "")) for d in dirs if d)
 
 
-@dataclass(frozen=True)
-class PathFilter:
+class PathFilter(Frozen):
     """Which paths can be lineage.  `internal` holds engine/roar directories (session dir,
-    spool, store, `.snakemake/`, Ray session dirs, AIRFLOW_HOME...)."""
+    spool, store, `.snakemake/`, Ray session dirs, AIRFLOW_HOME...).  The classes here are
+    not dataclasses: the capture that imports them runs on `roar-core run`'s path (see
+    roar_core.slotted)."""
 
-    internal: tuple[bytes, ...] = ()
-    include: tuple[str, ...] = ()
-    exclude: tuple[str, ...] = ()
-    prefixes: tuple[bytes, ...] = field(default_factory=_interpreter_prefixes)
-    home_env: tuple[bytes, tuple[bytes, ...]] = field(default_factory=_home_env)
-    # Directory ("/a/b/") -> whether its files can be lineage, as far as the prefixes and
-    # cache parts say: a task's thousands of files sit in a few directories.
-    _dirs: dict[bytes, bool] = field(default_factory=dict, init=False, repr=False,
-                                     compare=False, hash=False)
+    __slots__ = ("internal", "include", "exclude", "prefixes", "home_env", "_dirs")
+    _not_compared = ("_dirs",)
 
-    def __post_init__(self) -> None:
+    def __init__(self, internal: tuple[bytes, ...] = (), include: tuple[str, ...] = (),
+                 exclude: tuple[str, ...] = (), prefixes: tuple[bytes, ...] | None = None,
+                 home_env: tuple[bytes, tuple[bytes, ...]] | None = None) -> None:
         # Directories, so that a prefix never matches a sibling ("/a/b" is not "/a/bc/").
-        for name in ("internal", "prefixes"):
-            dirs = tuple(d if d.endswith(b"/") else d + b"/" for d in getattr(self, name))
-            object.__setattr__(self, name, dirs)
+        def as_dirs(ds: tuple[bytes, ...]) -> tuple[bytes, ...]:
+            return tuple(d if d.endswith(b"/") else d + b"/" for d in ds)
+
+        self._set(internal=as_dirs(internal), include=include, exclude=exclude,
+                  prefixes=as_dirs(_interpreter_prefixes() if prefixes is None else prefixes),
+                  home_env=_home_env() if home_env is None else home_env,
+                  # Directory ("/a/b/") -> whether its files can be lineage, as far as the
+                  # prefixes and cache parts say: a task's thousands of files sit in a few
+                  # directories.
+                  _dirs={})
 
     @classmethod
     def build(cls, internal: Iterable[str | bytes | os.PathLike] = (),
@@ -172,49 +175,66 @@ class PathFilter:
         return True
 
 
-@dataclass
-class FileAccess:
-    path: bytes  # resolved absolute path (what is hashed)
-    name: str  # its dataset name (display_name)
-    role: str  # "input" | "output" | "transient" | "deleted"
-    read_via: list[str] = field(default_factory=list)  # other names it was used under
-    # Inputs: the state of the version the task opened first (the tracer's stat at open),
-    # which is the version its digest must be, whatever the file holds later.
-    pre_state: FileState | None = None
-    first_ns: int = 0
-    existed: bool = False  # the path existed before the task (outputs: an overwrite)
-    state: FileState | None = None  # a regular file's stat at classification (the task's end)
-    obj: ObjectVersion | None = None  # an S3 object (path and name: its URI): its version
+class FileAccess(Slotted):
+    __slots__ = ("path", "name", "role", "read_via", "pre_state", "first_ns", "existed",
+                 "state", "obj")
+
+    def __init__(self, path: bytes, name: str, role: str, read_via: list[str] | None = None,
+                 pre_state: FileState | None = None, first_ns: int = 0, existed: bool = False,
+                 state: FileState | None = None, obj: ObjectVersion | None = None) -> None:
+        self.path = path  # resolved absolute path (what is hashed)
+        self.name = name  # its dataset name (display_name)
+        self.role = role  # "input" | "output" | "transient" | "deleted"
+        self.read_via = [] if read_via is None else read_via  # other names it was used under
+        # Inputs: the state of the version the task opened first (the tracer's stat at
+        # open), which is the version its digest must be, whatever the file holds later.
+        self.pre_state = pre_state
+        self.first_ns = first_ns
+        self.existed = existed  # the path existed before the task (outputs: an overwrite)
+        self.state = state  # a regular file's stat at classification (the task's end)
+        self.obj = obj  # an S3 object (path and name: its URI): its version
 
 
-@dataclass
-class TaskIO:
-    inputs: list[FileAccess] = field(default_factory=list)
-    outputs: list[FileAccess] = field(default_factory=list)
-    transient: list[FileAccess] = field(default_factory=list)
-    deleted: list[FileAccess] = field(default_factory=list)
-    code: list[FileAccess] = field(default_factory=list)
-    commands: list[list[str]] = field(default_factory=list)  # argv of each program run
-    untraceable: list[str] = field(default_factory=list)  # static/setuid programs executed
-    unseen: list[str] = field(default_factory=list)  # S3 clients run whose I/O is unseen
+class TaskIO(Slotted):
+    __slots__ = ("inputs", "outputs", "transient", "deleted", "code", "commands",
+                 "untraceable", "unseen")
+
+    def __init__(self, inputs: list[FileAccess] | None = None,
+                 outputs: list[FileAccess] | None = None,
+                 transient: list[FileAccess] | None = None,
+                 deleted: list[FileAccess] | None = None, code: list[FileAccess] | None = None,
+                 commands: list[list[str]] | None = None, untraceable: list[str] | None = None,
+                 unseen: list[str] | None = None) -> None:
+        self.inputs = [] if inputs is None else inputs
+        self.outputs = [] if outputs is None else outputs
+        self.transient = [] if transient is None else transient
+        self.deleted = [] if deleted is None else deleted
+        self.code = [] if code is None else code
+        self.commands = [] if commands is None else commands  # argv of each program run
+        # Static/setuid programs executed; S3 clients run whose I/O is unseen.
+        self.untraceable = [] if untraceable is None else untraceable
+        self.unseen = [] if unseen is None else unseen
 
     def all(self) -> list[FileAccess]:
         return self.inputs + self.outputs + self.transient + self.deleted
 
 
-@dataclass(slots=True)
 class _State:
     # One per file a task touches: no per-instance containers until one is needed.
-    read_first: bool = False
-    existed: bool | None = None
-    created: bool = False
-    written: bool = False
-    removed: bool = False
-    directory: bool = False
-    baselines: list[tuple[int, int, int]] | None = None
-    pre_state: FileState | None = None
-    via: set[bytes] | None = None
-    first_ns: int = 0
+    __slots__ = ("read_first", "existed", "created", "written", "removed", "directory",
+                 "baselines", "pre_state", "via", "first_ns")
+
+    def __init__(self, first_ns: int = 0) -> None:
+        self.read_first = False
+        self.existed: bool | None = None
+        self.created = False
+        self.written = False
+        self.removed = False
+        self.directory = False
+        self.baselines: list[tuple[int, int, int]] | None = None
+        self.pre_state: FileState | None = None
+        self.via: set[bytes] | None = None
+        self.first_ns = first_ns
 
 
 class _Resolver:

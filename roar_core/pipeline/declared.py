@@ -16,28 +16,40 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from roar_core.slotted import Slotted
+
+TYPE_CHECKING = False  # not typing's (see roar_core.slotted)
 if TYPE_CHECKING:
+    from typing import Any
+
     from roar_core.pipeline.classification import FileAccess, PathFilter, TaskIO
     from roar_core.pipeline.emission import IOCheck
 
-# `Declared` is built in the engine's process (see roar_core.remote), which must not load the
+# `Declared` is built in the engine's process (Snakemake's scheduler), which must not load the
 # recorder's modules: `apply` and `check` import them when called, in the recorder.
 
 
-@dataclass
-class Declared:
-    """Absolute paths an engine declared for one task."""
+class Declared(Slotted):
+    """Absolute paths an engine declared for one task.  Not a dataclass: the capture that
+    imports this runs on `roar-core run`'s path (see roar_core.slotted)."""
 
-    inputs: Sequence[str] | None = None
-    """Declared inputs; None when the engine declares none (no comparison is made)."""
-    outputs: Sequence[str] | None = None
-    code: Sequence[str] = field(default_factory=tuple)
-    """The task's code files: recorded as code, never as data, whether or not traced."""
-    engine_outputs: Sequence[str] = field(default_factory=tuple)
-    """Outputs the engine itself creates for the task (not the task's processes)."""
+    __slots__ = ("inputs", "outputs", "code", "engine_outputs")
+
+    def __init__(self, inputs: Sequence[str] | None = None,
+                 outputs: Sequence[str] | None = None, code: Sequence[str] = (),
+                 engine_outputs: Sequence[str] = ()) -> None:
+        # None: the engine declares none (no comparison is made).
+        self.inputs = inputs
+        self.outputs = outputs
+        # The task's code files: recorded as code, never as data, whether or not traced.
+        self.code = code
+        # Outputs the engine itself creates for the task (not the task's processes).
+        self.engine_outputs = engine_outputs
+
+    def as_dict(self) -> dict[str, Any]:
+        """Its fields, for a task log's begin line (read back with `Declared(**d)`)."""
+        return {n: getattr(self, n) for n in self.fields()}
 
 
 def _real(paths: Iterable[str]) -> list[bytes]:

@@ -10,26 +10,29 @@ from __future__ import annotations
 
 import errno
 import functools
-import logging
 import math
 import mmap
 import os
-import platform
 import stat
 import threading
 import time
+from collections import namedtuple
 from collections.abc import Callable, Collection, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor, as_completed
-from typing import NamedTuple
 
 from blake3 import blake3
+
+from roar_core.lazylog import LazyLogger
 
 from . import nativehash, tracer
 from .statcache import FileState, StatCache, reset_after_fork
 
+TYPE_CHECKING = False  # not typing's (see roar_core.slotted)
+if TYPE_CHECKING:  # concurrent.futures is imported where a pool is first made
+    from concurrent.futures import ThreadPoolExecutor
+
 __all__ = ["BIG_FILE", "FileState", "HashResult", "Hasher", "StatCache", "blake3_file"]
 
-_log = logging.getLogger(__name__)
+_log = LazyLogger(__name__)
 
 Path = str | bytes
 
@@ -62,7 +65,11 @@ _REFINED_SINCE = (6, 13)
 _OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
 
 
-class HashResult(NamedTuple):  # one per file hashed: cheaper to make than a dataclass
+# One per file hashed: cheaper to make than a dataclass.  collections' named tuple, not
+# typing's: importing typing is ~4 ms of a `roar-core run` that takes versions.
+class HashResult(namedtuple("HashResult", ("path", "digest", "size", "state", "stable",
+                                           "cached"))):
+    __slots__ = ()
     path: Path
     digest: str  # 64 lowercase hex chars (blake3, 32 bytes)
     size: int  # bytes hashed
@@ -85,7 +92,7 @@ def refined_devices() -> frozenset[int]:
     (see _REFINED_FS); none on an older kernel or where the mount table cannot be read.
     A device mounted later is not among them: its files get the stricter rule."""
     try:
-        kernel = tuple(int(x) for x in platform.release().split("-")[0].split(".")[:2])
+        kernel = tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2])
     except ValueError:
         return frozenset()
     if kernel < _REFINED_SINCE:
@@ -312,6 +319,8 @@ class Hasher:
         for i in range(0, len(small), _BATCH):
             collect(self._hash_many(small[i : i + _BATCH], before))
         if futures:  # as_completed() of nothing still costs a lock and a waiter
+            from concurrent.futures import as_completed
+
             for future in as_completed(futures):
                 collect(future.result())
         self._store(fresh)
@@ -452,6 +461,8 @@ class Hasher:
     def _get_pool(self) -> ThreadPoolExecutor:
         with self._pool_lock:
             if self._pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
                 # In a traced worker, hashing must not count as the running task's reads.
                 self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="roar-hash",
                                                 initializer=tracer.ignore_this_thread)

@@ -45,6 +45,7 @@ from collections import namedtuple
 from pathlib import Path
 
 from roar_core.ids import host_name
+from roar_core.lazylog import LazyLogger
 from roar_core.slotted import Slotted
 
 TYPE_CHECKING = False  # not typing's (see roar_core.slotted)
@@ -56,17 +57,7 @@ if TYPE_CHECKING:  # the writing side stays light: producers import only this mo
     from roar_core.recording.sessions import WholeSession
 
 
-class _Log:
-    """This module's logger, made when first used: `logging` is ~2.4 ms of imports that a
-    producer's path (`roar-core run`) never needs."""
-
-    def warning(self, *args: Any) -> None:
-        import logging
-
-        logging.getLogger(__name__).warning(*args)
-
-
-log = _Log()
+log = LazyLogger(__name__)
 
 VERSION = 1
 PREFIX = "tasks-"

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -160,7 +160,7 @@ class Lineage:
             "engine_task_id": str(job.jobid), "attempt": int(job.attempt),
             "traced": reason is None, "untraced_reason": reason,
             "run_facets": {"roar_snakemake": jobs.facet(job, kind)},
-            "declared": asdict(declared) if declared else None,
+            "declared": declared.as_dict() if declared else None,
             "command": jobs.command(job), "secrets": list(jobs.secrets(job)),
             "pid": os.getpid(),  # until the job's own process is known (its end says)
         }, own_dir=run_id if session is not None else None)
