@@ -536,13 +536,18 @@ def _sent_to_us_alone(info: signal.struct_siginfo) -> bool:
 _WAITED = (*_FORWARDED, signal.SIGCHLD)
 
 
-def _wait_forwarding(proc: subprocess.Popen) -> int:
+def _wait_forwarding(proc: subprocess.Popen, soon: Callable[[], None] | None = None) -> int:
     """proc.wait(), relaying the signals sent to us alone.  Python's handlers do not say
     who sent a signal, so the signals are blocked (by run_traced) and taken here with
-    sigtimedwait; SIGCHLD, blocked too, wakes us as the child ends."""
+    sigtimedwait; SIGCHLD, blocked too, wakes us as the child ends.  `soon`: called once,
+    should the command still run TAIL_INTERVAL after it started."""
     while proc.poll() is None:
-        info = signal.sigtimedwait(_WAITED, 1.0)
-        if info is not None and info.si_signo != signal.SIGCHLD and _sent_to_us_alone(info):
+        info = signal.sigtimedwait(_WAITED, TAIL_INTERVAL if soon is not None else 1.0)
+        if info is None and soon is not None and proc.poll() is None:
+            soon()
+            soon = None
+        elif (info is not None and info.si_signo != signal.SIGCHLD
+              and _sent_to_us_alone(info)):
             try:
                 proc.send_signal(info.si_signo)
             except ProcessLookupError:
@@ -577,15 +582,21 @@ def run_traced(argv: list[str], session_dir: Path | None, tag: str | None,
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WAITED) if main else None
     stop = threading.Event()
     tailer = None
+    if tail is not None and session_dir is not None:
+        # Started once the command has run TAIL_INTERVAL (its first read is due then): one
+        # that ends sooner (`true`) costs no thread.
+        tailer = threading.Thread(target=_tail, args=(tail, stop, running, 0.0 if main
+                                                      else TAIL_INTERVAL),
+                                  name="roar-tail", daemon=True)
     try:
-        if tail is not None and session_dir is not None:
-            tailer = threading.Thread(target=_tail, args=(tail, stop, running),
-                                      name="roar-tail", daemon=True)
-            tailer.start()
-        return _wait_forwarding(proc) if main else proc.wait()
+        if not main:
+            if tailer is not None:
+                tailer.start()
+            return proc.wait()
+        return _wait_forwarding(proc, tailer.start if tailer is not None else None)
     finally:
         stop.set()
-        if tailer is not None:
+        if tailer is not None and tailer.ident is not None:  # (started)
             tailer.join()
         if old_mask is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
@@ -601,11 +612,12 @@ TAIL_INTERVAL_MAX = 0.25
 
 
 def _tail(collector: SessionCollector, stop: threading.Event,
-          running: WhileRunning | None = None) -> None:
+          running: WhileRunning | None = None, first: float = TAIL_INTERVAL) -> None:
+    """`first`: the wait before the first read."""
     tracer.ignore_this_thread()
     interval = TAIL_INTERVAL
     seen = running.seen if running is not None else None
-    wait = interval
+    wait = first
     while not stop.wait(wait):
         began = time.monotonic()
         try:
