@@ -10,15 +10,17 @@ import gc
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
 from roar_core import config as config_mod
 from roar_core.cli.run import RunResult, how_it_ended
 from roar_core.recording import tasklog
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 PROGRESS_DELAY_S = 1.0  # hashing shorter than this shows no progress bar
 LIST_MAX = tasklog.SHORT_ANSWER  # files per role listed in the summary after `run`
@@ -63,6 +65,16 @@ class HashProgress:
         if self._bar is None:
             if now - self._t0 < self.delay or done >= total or not self.console.is_terminal:
                 return
+            # Here, not with the module: rich.progress (its tables, spinners, fractions)
+            # was ~13 ms of imports in every `run --wait`, most of which show no bar.
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
             self._bar = Progress(
                 TextColumn("roar-core: hashing"), BarColumn(), MofNCompleteColumn(),
                 TimeElapsedColumn(), console=self.console, transient=True,

@@ -68,13 +68,15 @@ def test_records_compare_by_value_and_replace_makes_a_copy() -> None:
         hash(a)  # mutable, as a plain @dataclass
 
 
-def _run_modules(tmp_path: Path, *argv: str) -> set[str]:
-    """The modules loaded by `roar-core run -- argv`, as it exits."""
-    script = (
-        "import atexit, sys\n"
-        "out = sys.argv[1]\n"
-        "atexit.register(lambda: open(out, 'w').write('\\n'.join(sys.modules)))\n"
-        f"sys.argv = ['roar-core', 'run', '--', *{list(argv)!r}]\n"
+def _run_modules(tmp_path: Path, *argv: str, options: tuple[str, ...] = ()) -> set[str]:
+    """The modules loaded by `roar-core run [options] -- argv`, as it exits."""
+    script = (  # (a run leaves by os._exit once nothing is left to flush: dumped there too)
+        "import atexit, os, sys\n"
+        "out, leave = sys.argv[1], os._exit\n"
+        "def dump(): open(out, 'w').write('\\n'.join(sys.modules))\n"
+        "atexit.register(dump)\n"
+        "os._exit = lambda code: (dump(), leave(code))\n"
+        f"sys.argv = ['roar-core', 'run', *{list(options)!r}, '--', *{list(argv)!r}]\n"
         "from roar_core.cli.entry import main\n"
         "main()\n"
     )
@@ -107,3 +109,10 @@ def test_a_run_that_writes_a_file_takes_its_version_without_heavy_imports(
     avoided = {"dataclasses", "typing", "logging", "inspect", "platform",
                "concurrent.futures", "sqlalchemy", "openlineage", "click"}
     assert not avoided & loaded, sorted(avoided & loaded)
+
+
+def test_a_waited_run_without_a_progress_bar_imports_none(tmp_path: Path) -> None:
+    """rich.progress (tables, spinners, fractions: ~8 ms) only where a bar is shown."""
+    loaded = _run_modules(tmp_path, "true", options=("--wait",))
+    assert "roar_core.cli.wait" in loaded and "rich.console" in loaded
+    assert "rich.progress" not in loaded
