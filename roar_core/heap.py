@@ -13,6 +13,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 
+def one_shot() -> None:
+    """For a process that runs one command and exits (`roar-core run`, with or without
+    --wait): no cyclic collection at all.  The command's records and the versions taken
+    at its end stay alive until it exits, and the collections their allocations set off
+    walked them again and again (a 5,000-file command: 415 -> 337 ms)."""
+    gc.disable()
+
+
 def freeze_heap() -> None:
     """For roar's own long-lived recorder processes, once set up: move every object alive
     now (the imported libraries, hundreds of thousands) out of the collector's reach, so the

@@ -13,7 +13,6 @@ The fast path imports only light modules: the command starts within a few millis
 
 from __future__ import annotations
 
-import gc
 import os
 import signal
 import sys
@@ -547,11 +546,9 @@ def _run_plain(argv: list[str]) -> int:
 
 def main_fast(job_name: str | None, argv: list[str]) -> None:
     """`roar-core run` without the click CLI (see roar_core.cli.entry)."""
-    # A one-shot process, as `roar-core run --wait`'s (roar_core.cli.wait): the command's
-    # records and the versions taken at its end stay alive until it exits, and the cyclic
-    # collections their allocations set off walked them again and again.
-    gc.disable()
-    from roar_core import config
+    from roar_core import config, heap
+
+    heap.one_shot()
 
     try:
         cfg = config.load()

@@ -6,7 +6,6 @@ waited run normally needs none of that: the directory's recorder records it.
 
 from __future__ import annotations
 
-import gc
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -66,7 +65,7 @@ class HashProgress:
             if now - self._t0 < self.delay or done >= total or not self.console.is_terminal:
                 return
             # Here, not with the module: rich.progress (its tables, spinners, fractions)
-            # was ~13 ms of imports in every `run --wait`, most of which show no bar.
+            # was ~8 ms of every `run --wait`, most of which show no bar.
             from rich.progress import (
                 BarColumn,
                 MofNCompleteColumn,
@@ -175,9 +174,9 @@ def run_and_record(cfg: config_mod.Config, argv: list[str], job_name: str | None
 
         return open_roar(cfg, progress, send=False)
 
-    # A one-shot process: cyclic GC would only walk the recorded task's objects (thousands
-    # per thousand files) again and again before exit frees them all anyway.
-    gc.disable()
+    from roar_core import heap
+
+    heap.one_shot()
     err = stderr_console()
     progress = HashProgress(err)
     # The recorder is started as soon as the command has exited: it starts up (a fork, the

@@ -37,7 +37,7 @@ class ObjectVersion(namedtuple("ObjectVersion", ("version", "digest", "size", "f
     size: int | None
     file: bytes | None  # the resolved local file with the same bytes
     why: str | None  # why there is no digest
-    source: tuple[str, str | None] | None  # a copy's source: (uri, version); None
+    source: tuple[str, str | None] | None  # a copy's source: (uri, version); else None
 
 
 def _fields(r: Record) -> dict[str, str]:

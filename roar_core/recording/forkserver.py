@@ -266,8 +266,9 @@ def serve(path: Path, first: Path) -> int:
     except OSError:
         pass
     _warm()
-    import gc
     import threading
+
+    from roar_core.heap import freeze_heap
 
     if threading.active_count() > 1:  # a fork would copy their locks, held or not
         print("roar: threads after the fork server's warm-up: not serving", file=sys.stderr)
@@ -280,7 +281,7 @@ def serve(path: Path, first: Path) -> int:
     except OSError:
         pass
 
-    gc.freeze()  # the imported objects stay out of the children's collections (and pages)
+    freeze_heap()  # (and out of the children's collections, and so their pages stay shared)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     if not _fork(listener, {"dir": os.fspath(first), "cwd": cwd,
                             "env": dict(os.environ), "umask": _umask()}):
