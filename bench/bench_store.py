@@ -2,6 +2,8 @@
 
     python bench/bench_store.py [--tasks 8] [--files 5000] [--rounds 2] [--tmp DIR]
     python bench/bench_store.py --page-sizes 16384,8192 [--small 1000] [--rounds 3]
+    python bench/bench_store.py --floor [--tasks 6] [--files 5000] [--rounds 3]
+    python bench/bench_store.py --memory 160
 
 Each task's end goes in as the recorder writes it (`Store.finish_task_run` in a batch: its
 start row, its accesses, its versions), with random digests (every file new content).
@@ -9,6 +11,17 @@ Each round records the same sequence twice, interleaved: with roar's writer sett
 with SQLite's default page cache (the baseline); it prints ms per task, in order, and
 the ratio of the last half's medians.  What it shows: how a task's cost grows with the
 store beneath it (the bench_core figures use a fresh store per run).
+
+--floor: the same big tasks, interleaved with the rows roar writes for them (one artifact,
+one file version and one access per file) inserted through sqlite3 itself (executemany, one
+transaction per task) into a store roar made, with all its indexes and without the
+secondary ones (`ix_*`): per new file, what roar's store costs and what SQLite itself costs
+for those rows -- the floor of the store's share of a task's end-to-end figure.
+
+--memory N: a long-lived recorder's store taking N tasks of as many sizes (600 files, 637, ...)
+one after the other, in a process of its own: its size (RSS) after every 32 tasks, with
+roar's statement sizes and, as the baseline, statements of up to 500 rows and one for the
+rest (the driver keeps the statements it ran: one per remainder piled up).
 
 --page-sizes: the same sequence of big tasks, and --small tasks of 2 files each (one reads
 the previous one's output) committed one by one as a recorder answering each task as it
@@ -96,6 +109,108 @@ def small(home: Path, tasks: int) -> list[float]:
     return took
 
 
+def raw_rows(home: Path, tasks: int, files: int, secondary: bool) -> list[float]:
+    """Seconds per task of the rows `record` has roar write, inserted through sqlite3 into a
+    store roar made (its schema, page size and connection settings); `secondary`: with
+    its non-unique indexes, else dropped first."""
+    import sqlite3
+
+    S.Store.open(home=home).close()  # the schema, as roar makes it
+    (path,) = home.glob("*.db")
+    con = sqlite3.connect(path, isolation_level=None)
+    for pragma in ("journal_mode = WAL", "synchronous = NORMAL", "foreign_keys = ON",
+                   f"cache_size = -{S.SQLITE_CACHE_KIB}"):
+        con.execute(f"PRAGMA {pragma}")
+    if not secondary:
+        for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'index' "
+                                   "AND name LIKE 'ix_%'").fetchall():
+            con.execute(f"DROP INDEX {name}")
+    took = []
+    try:
+        for t in range(tasks):
+            run_id = f"0190b000-0000-7000-8000-{t:012d}"
+            now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+            rows = [(f"/data/t{t}/f{k:06d}", "blake3:" + os.urandom(32).hex())
+                    for k in range(files)]
+            t0 = time.perf_counter()
+            con.execute("BEGIN")
+            con.execute(
+                "INSERT INTO task_runs (run_id, engine, namespace, job_name, attempt, host, "
+                "pid, started_at, status, command, code, environment, traced, "
+                "dropped_events) VALUES (?, 'cli', 'bench', 'job', 0, 'h', 1, ?, 'COMPLETE', "
+                "'[]', '[]', '{}', 1, 0)", (run_id, now))
+            con.executemany("INSERT OR IGNORE INTO artifacts (digest, size, first_seen) "
+                            "VALUES (?, 4096, ?)", [(d, now) for _, d in rows])
+            con.executemany(
+                "INSERT INTO file_versions (uri, digest, size, mtime_ns, producer_run_id, "
+                "recorded_at, last_seen_at) VALUES (?, ?, 4096, 1, ?, ?, ?)",
+                [(u, d, run_id, now, now) for u, d in rows])
+            con.executemany(
+                "INSERT INTO accesses (task_run_id, uri, digest, role, size, mtime_ns, "
+                "dataset_namespace, dataset_name) VALUES (?, ?, ?, 'output', 4096, 1, "
+                "'file', ?)", [(run_id, u, d, u) for u, d in rows])
+            con.execute("COMMIT")
+            took.append(time.perf_counter() - t0)
+    finally:
+        con.close()
+    return took
+
+
+def floor(args: argparse.Namespace, root: Path) -> None:
+    kinds = {"roar's store": lambda h: record(h, args.tasks, args.files, False),
+             "sqlite3, same rows": lambda h: raw_rows(h, args.tasks, args.files, True),
+             "sqlite3, no ix_* indexes": lambda h: raw_rows(h, args.tasks, args.files, False)}
+    per_file: dict[str, list[float]] = {k: [] for k in kinds}
+    for r in range(args.rounds):
+        for name, run in kinds.items():
+            home = root / f"{r}-{len(per_file[name])}"
+            took = run(home)
+            shutil.rmtree(home)
+            per_file[name] += [x / args.files for x in took[1:]]  # (the first: an empty store)
+        print(f"round {r + 1} done", file=sys.stderr)
+    print(f"{args.tasks} tasks of {args.files:,} new files each, tasks 2-{args.tasks} of "
+          f"{args.rounds} rounds: us per file, median (quartiles)")
+    base = statistics.median(per_file["sqlite3, same rows"])
+    for name, xs in per_file.items():
+        q = statistics.quantiles(xs, n=4)
+        print(f"  {name:<26} {1e6 * statistics.median(xs):6.2f} ({1e6 * q[0]:.2f}-"
+              f"{1e6 * q[2]:.2f})   {statistics.median(xs) / base:.2f} x sqlite3's")
+
+
+def memory(args: argparse.Namespace, root: Path) -> None:
+    import subprocess
+
+    for name, sizes in (("500 rows and the rest (baseline)", "500"), ("roar", "")):
+        p = subprocess.run([sys.executable, __file__, "--memory-child", sizes, "--tasks",
+                            str(args.memory), "--tmp", str(root)], capture_output=True,
+                           text=True, check=True)
+        print(f"{name:<33} RSS MiB after every 32 tasks: {p.stdout.strip()}")
+
+
+def memory_child(args: argparse.Namespace, root: Path) -> None:
+    if args.memory_child:
+        S._STATEMENT_ROWS = tuple(int(x) for x in args.memory_child.split(","))
+    store = S.Store.open(home=root / "memory")
+    seen = []
+    try:
+        for t in range(args.tasks):
+            run_id = f"0190d000-0000-7000-8000-{t:012d}"
+            now = datetime.now(timezone.utc)
+            accesses = [Access(uri=f"/data/t{t}/f{k:06d}", role="output",
+                               digest="blake3:" + os.urandom(32).hex(), size=1, mtime_ns=1)
+                        for k in range(600 + 37 * t)]
+            with store.batch():
+                store.finish_task_run(run_id, "COMPLETE", now, accesses=accesses,
+                                      started=TaskRun(run_id, "cli", "bench", "job", now))
+            del accesses
+            if t % 32 == 31:
+                with open("/proc/self/statm") as f:
+                    seen.append(int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20)
+    finally:
+        store.close()
+    print(" ".join(f"{x:.0f}" for x in seen))
+
+
 def page_sizes(args: argparse.Namespace, root: Path) -> None:
     sizes = [int(x) for x in args.page_sizes.split(",")]
     res: dict[int, dict[str, list[float]]] = {n: {"small": [], "big": []} for n in sizes}
@@ -132,11 +247,18 @@ def main() -> int:
                     help="compare new stores made with these page sizes (the first: baseline)")
     ap.add_argument("--small", type=int, default=1000,
                     help="with --page-sizes: 2-file tasks per round")
+    ap.add_argument("--floor", action="store_true",
+                    help="roar's store against sqlite3 inserting the same rows, per file")
+    ap.add_argument("--memory", type=int, metavar="N",
+                    help="a long-lived store's size over N tasks of as many sizes")
+    ap.add_argument("--memory-child", metavar="ROWS", help=argparse.SUPPRESS)
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="roar-bench-store-", dir=args.tmp))
-    if args.page_sizes:
+    mode = (page_sizes if args.page_sizes else floor if args.floor else memory if args.memory
+            else memory_child if args.memory_child is not None else None)
+    if mode is not None:
         try:
-            page_sizes(args, root)
+            mode(args, root)
         finally:
             shutil.rmtree(root, ignore_errors=True)
         return 0

@@ -572,6 +572,40 @@ def test_unreachable_server_is_a_one_line_store_error() -> None:
     assert "127.0.0.1:1/none" in msg and "secret" not in msg and "\n" not in msg
 
 
+def test_sqlite_rows_go_in_as_statements_of_a_few_sizes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tasks of any number of files go into SQLite as multi-row statements of a few sizes
+    (the connection keeps every statement it ran, the longer the bigger): every row stored,
+    in statements of the fixed sizes and, below the smallest, one of the rest's size."""
+    statements: list[str] = []
+    bulk_run = store_module._Bulk.run
+
+    def counted(self, conn, rows, converted=()) -> None:
+        raw = conn.connection.dbapi_connection
+        raw.set_trace_callback(statements.append)
+        try:
+            bulk_run(self, conn, rows, converted)
+        finally:
+            raw.set_trace_callback(None)
+
+    monkeypatch.setattr(store_module._Bulk, "run", counted)
+    with Store.open(home=tmp_path / ".roar") as store:
+        for n in (1, 7, 100, 777, 1234, 2049, 3333, 4321, 5003):
+            run_id = str(uuid.uuid4())
+            outputs = [Access(f"/out/{n}/{i:05d}", "output", digest(n * 10**5 + i), size=i)
+                       for i in range(n)]
+            with store.batch():
+                store.finish_task_run(run_id, "COMPLETE", T0 + timedelta(minutes=1),
+                                      accesses=outputs,
+                                      started=TaskRun(run_id, "cli", "test", "job", T0))
+            assert [a.uri for a in store.accesses_of(run_id)] == [a.uri for a in outputs]
+    accesses = [sql for sql in statements if sql.startswith("INSERT INTO accesses")]
+    sizes = {sql.count("), (") + 1 for sql in accesses}
+    # Of 32 rows or more: a handful of sizes, whatever the tasks' (one per remainder: 9)
+    assert len({n for n in sizes if n >= 32}) <= 5, sorted(sizes)
+    assert len(accesses) < 60  # a statement per chunk, never one per row (18,829 rows)
+
+
 def test_a_batch_is_one_commit_seen_by_its_own_readers_and_all_or_nothing(
         store: Store, where: Where, tmp_path: Path) -> None:
     """Many tasks' writes, one transaction: the batch's own reads see them, another
