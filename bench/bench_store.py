@@ -13,10 +13,11 @@ the ratio of the last half's medians.  What it shows: how a task's cost grows wi
 store beneath it (the bench_core figures use a fresh store per run).
 
 --floor: the same big tasks, interleaved with the rows roar writes for them (one artifact,
-one file version and one access per file) inserted through sqlite3 itself (executemany, one
-transaction per task) into a store roar made, with all its indexes and without the
-secondary ones (`ix_*`): per new file, what roar's store costs and what SQLite itself costs
-for those rows -- the floor of the store's share of a task's end-to-end figure.
+one file version and one access per file) inserted with roar's statements through sqlite3
+itself (executemany, one transaction per task) into a store roar made, with all its
+indexes and without the secondary ones (`ix_*`): per new file, what roar's store costs and
+what SQLite itself costs for those rows -- the floor of the store's share of a task's
+end-to-end figure.
 
 --memory N: a long-lived recorder's store taking N tasks of as many sizes (600 files, 637, ...)
 one after the other, in a process of its own: its size (RSS) after every 32 tasks, with
@@ -110,11 +111,17 @@ def small(home: Path, tasks: int) -> list[float]:
 
 
 def raw_rows(home: Path, tasks: int, files: int, secondary: bool) -> list[float]:
-    """Seconds per task of the rows `record` has roar write, inserted through sqlite3 into a
-    store roar made (its schema, page size and connection settings); `secondary`: with
-    its non-unique indexes, else dropped first."""
+    """Seconds per task of the rows `record` has roar write, inserted with roar's statements
+    through sqlite3's executemany into a store roar made (its schema, page size and
+    connection settings); `secondary`: with its non-unique indexes, else dropped first."""
     import sqlite3
 
+    from sqlalchemy.dialects import sqlite as sqlite_dialect
+
+    def sql(bulk) -> str:
+        return str(bulk.stmt.compile(dialect=sqlite_dialect.dialect()))
+
+    artifact, version, access = sql(S._NEW_ARTIFACT), sql(S._PRODUCED_VERSION), sql(S._ACCESS)
     S.Store.open(home=home).close()  # the schema, as roar makes it
     (path,) = home.glob("*.db")
     con = sqlite3.connect(path, isolation_level=None)
@@ -139,16 +146,10 @@ def raw_rows(home: Path, tasks: int, files: int, secondary: bool) -> list[float]
                 "pid, started_at, status, command, code, environment, traced, "
                 "dropped_events) VALUES (?, 'cli', 'bench', 'job', 0, 'h', 1, ?, 'COMPLETE', "
                 "'[]', '[]', '{}', 1, 0)", (run_id, now))
-            con.executemany("INSERT OR IGNORE INTO artifacts (digest, size, first_seen) "
-                            "VALUES (?, 4096, ?)", [(d, now) for _, d in rows])
-            con.executemany(
-                "INSERT INTO file_versions (uri, digest, size, mtime_ns, producer_run_id, "
-                "recorded_at, last_seen_at) VALUES (?, ?, 4096, 1, ?, ?, ?)",
-                [(u, d, run_id, now, now) for u, d in rows])
-            con.executemany(
-                "INSERT INTO accesses (task_run_id, uri, digest, role, size, mtime_ns, "
-                "dataset_namespace, dataset_name) VALUES (?, ?, ?, 'output', 4096, 1, "
-                "'file', ?)", [(run_id, u, d, u) for u, d in rows])
+            con.executemany(artifact, [(d, 4096, now) for _, d in rows])
+            con.executemany(version, [(u, d, 4096, 1, run_id, now, now) for u, d in rows])
+            con.executemany(access, [(run_id, u, d, "output", 4096, 1, None, "file", u, None,
+                                      None) for u, d in rows])
             con.execute("COMMIT")
             took.append(time.perf_counter() - t0)
     finally:
@@ -162,8 +163,8 @@ def floor(args: argparse.Namespace, root: Path) -> None:
              "sqlite3, no ix_* indexes": lambda h: raw_rows(h, args.tasks, args.files, False)}
     per_file: dict[str, list[float]] = {k: [] for k in kinds}
     for r in range(args.rounds):
-        for name, run in kinds.items():
-            home = root / f"{r}-{len(per_file[name])}"
+        for i, (name, run) in enumerate(kinds.items()):
+            home = root / f"{r}-{i}"
             took = run(home)
             shutil.rmtree(home)
             per_file[name] += [x / args.files for x in took[1:]]  # (the first: an empty store)
