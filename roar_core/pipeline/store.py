@@ -807,9 +807,10 @@ class RecorderMark(NamedTuple):
 # driver keeps the last 128 statements it ran, each the bigger the more rows it has
 # (measured: 0.5 MiB for 500 rows of 11 columns, 2 MiB for 2,048): sizes from a short
 # list keep a long-lived recorder's few, where a statement for each remainder of a batch
-# (any of 1-499 rows, per table) piled up (160 tasks of as many sizes: the process grew
-# from 98 to 119 MiB, now 80 to 89).  A 5,000-file task's rows, with the recorder's
-# events built meanwhile: 191 ms against 203 in statements of 500 (medians of 20).
+# (any of 1-499 rows, per table) piled up (`bench/bench_store.py --memory 160`: the
+# process grew from 99 to 122 MiB, now from 81 to 91).  A 5,000-file task's rows, with
+# the recorder's events built meanwhile at its GIL switch interval: 191 ms against 203 in
+# statements of 500 (medians of 20).
 _STATEMENT_ROWS = (2048, 512, 128, 64, 32, 16, 8)
 
 
