@@ -804,14 +804,14 @@ class RecorderMark(NamedTuple):
 
 # Rows per multi-row statement, largest first; fewer than the last go in as one statement
 # of their own size, so a task of up to 31 files writes a statement per table, as before
-# (at most 9 statements for any number of rows below 2,048).  The
-# driver keeps the last 128 statements it ran, each the bigger the more rows it has
-# (measured: 0.5 MiB for 500 rows of 11 columns, 2 MiB for 2,048): sizes from a short
-# list keep a long-lived recorder's few, where a statement for each remainder of a batch
-# (any of 1-499 rows, per table) piled up (`bench/bench_store.py --memory 160`: the
-# process grew from 99 to 121 MiB, now from 82 to 92).  A 5,000-file task's rows, with
-# the recorder's events built meanwhile at its GIL switch interval: 191 ms against 203 in
-# statements of 500 (medians of 20).
+# (at most 9 statements for any number of rows below 2,048).  The driver keeps the last
+# 128 statements it ran, each the bigger the more rows it has (measured: 0.5 MiB for 500
+# rows of 11 columns, 2 MiB for 2,048): sizes from a short list keep a long-lived
+# recorder's few, where a statement for each remainder of a batch (any of 1-499 rows, per
+# table) piled up (`bench/bench_store.py --memory 160`: the process grew from 99 to 121
+# MiB, now from 82 to 92).  A 5,000-file task's rows, with the recorder's events built
+# meanwhile at its GIL switch interval: 191 ms against 203 in statements of 500 (medians
+# of 20).
 _STATEMENT_ROWS = (2048, 512, 128, 64, 32)
 
 
