@@ -193,36 +193,33 @@ class Segment:
 
     def records(self) -> Iterator[Record]:
         """Undelivered records, read lazily in chunks (a backlog can be large)."""
-        buf = b""
-        buf_at = read_to = self.acked  # file offsets of buf[0] and of the end of buf
-        scan = 0
+        # The lines of each chunk are split off at once: slicing each line off the rest of
+        # the buffer copied the rest every time (a 64 KiB chunk of ~40 events copied ~1 MiB).
+        tail = b""  # the start of a line whose newline is not read yet
+        at = read_to = self.acked  # file offsets of `tail` and of the end of what was read
         last_t = 0
-        while True:
-            nl = buf.find(b"\n", scan)
-            if nl < 0:
-                if read_to >= self.size:
-                    break
-                with open(self.path, "rb") as f:
-                    f.seek(read_to)
-                    chunk = f.read(min(_CHUNK, self.size - read_to))
-                if not chunk:
-                    break
-                scan = len(buf)
-                buf += chunk
-                read_to += len(chunk)
-                continue
-            line, buf, scan = buf[: nl + 1], buf[nl + 1 :], 0
-            start, buf_at = buf_at, buf_at + len(line)
-            m = _RECORD.match(line, 0, len(line) - 1)
-            if m is None:
-                yield Record(last_t, self, start, buf_at, line, "malformed record")
-                continue
-            last_t = int(m[1])
-            yield Record(last_t, self, start, buf_at, m[2])
+        while read_to < self.size:
+            with open(self.path, "rb") as f:
+                f.seek(read_to)
+                chunk = f.read(min(_CHUNK, self.size - read_to))
+            if not chunk:
+                break
+            read_to += len(chunk)
+            lines = (tail + chunk if tail else chunk).split(b"\n")
+            tail = lines.pop()
+            for line in lines:
+                start = at
+                at += len(line) + 1
+                m = _RECORD.match(line)
+                if m is None:
+                    yield Record(last_t, self, start, at, line + b"\n", "malformed record")
+                    continue
+                last_t = int(m[1])
+                yield Record(last_t, self, start, at, m[2])
         # A line without its newline: being written right now, or torn by a crash.
-        if buf and self.sealed:
-            problem = f"truncated record ({len(buf)} bytes, its writer is gone)"
-            yield Record(last_t, self, buf_at, buf_at + len(buf), buf, problem)
+        if tail and self.sealed:
+            problem = f"truncated record ({len(tail)} bytes, its writer is gone)"
+            yield Record(last_t, self, at, at + len(tail), tail, problem)
 
     def ack(self, offset: int, sync: bool = True) -> None:
         """`sync=False`: durable against a killed process, not an OS crash (after which

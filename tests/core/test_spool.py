@@ -337,6 +337,40 @@ def test_partial_line_of_a_live_writer_is_not_touched(
     assert spool_files(directory) == []
 
 
+def test_records_straddling_read_chunks_come_back_whole_with_their_offsets(
+    tmp_path: Path,
+) -> None:
+    # Records of many sizes, some bigger than a read chunk, so that lines start, end and
+    # span chunk boundaries anywhere; then a torn last line of a writer that is gone.
+    from roar_core.pipeline import spoolfiles
+
+    directory = tmp_path / "spool"
+    directory.mkdir()
+    bodies = [orjson.dumps({"n": i, "pad": "x" * (i * 997 % (3 * spoolfiles._CHUNK))})
+              for i in range(60)]
+    segment = directory / f"{time.time_ns():020d}-1-abcd.jsonl"
+    lines = [b'{"t":%d,"event":%s}\n' % (i + 1, body) for i, body in enumerate(bodies)]
+    torn = b'{"t":99,"event":{"half'
+    segment.write_bytes(b"".join(lines) + torn)
+    assert segment.stat().st_size > 20 * spoolfiles._CHUNK
+
+    seg = spoolfiles.Segment(segment, sealed=True, size=segment.stat().st_size, acked=0)
+    records = list(seg.records())
+    assert [r.body for r in records[:-1]] == bodies
+    assert [r.t for r in records[:-1]] == list(range(1, 61))
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    spans = list(zip(starts[:-1], starts[1:], strict=True))
+    assert [(r.start, r.end) for r in records[:-1]] == spans
+    last = records[-1]
+    assert last.problem is not None and "truncated" in last.problem
+    assert (last.start, last.end, last.body) == (starts[-1], starts[-1] + len(torn), torn)
+    # From an ack in the middle: the rest, at the same offsets.
+    seg = spoolfiles.Segment(segment, sealed=False, size=starts[-1] + 10, acked=starts[30])
+    assert [(r.t, r.start) for r in seg.records()] == [(i + 1, starts[i]) for i in range(30, 60)]
+
+
 def test_invalid_event_is_set_aside_not_retried_forever(
     make_spool: Callable[..., Spool],
     endpoint: Endpoint,
