@@ -6,7 +6,9 @@ producer that needs the answer does (roar_airflow's RoarHook in boundary mode): 
 task's begin to its task log, tag itself through the shim, read one file an earlier task
 wrote and write one (2 files), untag, append the end and wait for the session's recorder
 process to mark it recorded.  The recorder stores (SQLite) and, with --emit, spools the
-events to a file transport.  Everything lives in a temporary ROAR_HOME.
+events to a file transport.  Everything lives in a temporary ROAR_HOME, except the session:
+in memory for forked task processes, as an Airflow worker's, under the home for --parallel 0,
+as a Ray node's.
 
     python bench/bench_recording.py [--tasks 200] [--parallel 1] [--warmup 20] [--emit]
                                     [--no-wait] [--answer early|recorded] [--profile OUT]
@@ -192,14 +194,18 @@ def main() -> None:
     from roar_core import config
     from roar_core.pipeline import tracer
     from roar_core.recording import recorder, tasklog
+    from roar_core.recording.sessions import new_session_dir, remove_session_dir
 
     root = Path(tempfile.mkdtemp(prefix="roar-bench-rec-"))
-    session, data = root / "session", root / "data"
-    session.mkdir()
+    data = root / "data"
     data.mkdir()
     (data / "0.txt").write_text("seed\n" * 10)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENLINEAGE", "ROAR_"))}
     cfg = config.load(cwd=root, env={}, home=str(root / "home"), emit=args.emit)
+    # Where each engine's session is: a Ray node's under the roar home, an Airflow
+    # worker's in memory (`roar-core env airflow`); on ext4 here, creating, mapping and
+    # removing each task process's logs cost the recorder ~0.3 ms more per task.
+    session = new_session_dir(cfg, f"bench-{os.getpid()}", in_memory=args.parallel > 0)
     recorder.write_settings(session, cfg, waited=not args.no_wait, idle_exit_s=60)
     worker = subprocess.Popen(
         [sys.executable, "-c", WORKER, str(session), str(data), "0", str(args.parallel),
@@ -256,9 +262,10 @@ def main() -> None:
     print(f"recorder CPU per task: {1e3 * cpu / args.tasks:.2f} ms "
           f"({cpu:.2f} s for {args.tasks}; clock tick {1e3 / os.sysconf('SC_CLK_TCK'):.0f} ms)")
     if not os.environ.get("BENCH_KEEP"):
+        remove_session_dir(session)
         subprocess.run(["rm", "-rf", str(root)], check=False)
     else:
-        print(root)
+        print(root, session)
 
 
 if __name__ == "__main__":
