@@ -833,8 +833,8 @@ class _Followed:
         if entry.own_dir:
             # Every process there is the task's (a runner's command tags only its first:
             # one that clears its environment is the task's all the same).
-            t, logs_read, errors = read or SessionCollector(
-                self.collector.directory / entry.own_dir).read_whole()
+            own = self.collector.directory / entry.own_dir  # (absolute: in memory)
+            t, logs_read, errors = read or SessionCollector(own).read_whole()
             for err in errors:
                 log.warning("roar: task %s: %s", entry.meta.job_name, err)
             t.dropped += len(errors)
@@ -843,7 +843,9 @@ class _Followed:
                 entry.meta.traced = False
                 entry.meta.untraced_reason = (
                     f"{program} left no trace: a static or setuid program, or the loader "
-                    "refused the preload library")
+                    "refused the preload library") if read is not None or own.is_dir() else (
+                    f"the trace of {program} is gone: its logs were in memory ({own}), and "
+                    "the machine restarted, or they were removed, before it was recorded")
         else:
             t = self.collector.take(entry.meta.run_id)
         records = t.records

@@ -146,10 +146,10 @@ def memory_sessions_dir() -> Path | None:
     Each traced process writes its log through a shared mapping of a file.  On a disk file
     system, creating, mapping, writing and removing those files goes through its journal:
     measured with Snakemake's 200 small jobs on ext4, about 1.5 ms more per job than on
-    tmpfs, and a 1.25 wall-time ratio against 1.09.  Sessions that must survive their
-    recorder (`roar-core run`'s, recorded later by another process, even after a reboot)
-    stay under the roar home.  The shim reserves a log's pages on tmpfs, so a full one
-    drops events instead of raising SIGBUS in the traced program."""
+    tmpfs, and a 1.25 wall-time ratio against 1.09.  What must survive a reboot stays
+    under the roar home: `roar-core run`'s task logs, whose end lines hold the versions
+    its runner took (its tracer logs come here).  The shim reserves a log's pages on
+    tmpfs, so a full one drops events instead of raising SIGBUS in the traced program."""
     uid = os.getuid()
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     for base, name in ((runtime, "roar"), ("/dev/shm", f"roar-{uid}")):

@@ -29,7 +29,7 @@ from roar_core.pipeline import capture as capture_mod
 from roar_core.pipeline import tracer
 from roar_core.pipeline.classification import PathFilter
 from roar_core.recording import recorder
-from roar_core.recording.sessions import SessionCollector, run_traced
+from roar_core.recording.sessions import SessionCollector, memory_sessions_dir, run_traced
 from tests.core.test_cli import ROAR, make_cli
 from tests.core.test_exact_lineage import accesses, b3, run
 
@@ -127,7 +127,7 @@ def test_the_recorder_records_from_the_runners_read_not_the_logs_again(tmp_path:
     fcntl.flock(lock, fcntl.LOCK_EX)  # the recorder `run` starts finds it held and leaves
     try:
         run_id = run(cli, "w", "printf data > out.txt")
-        (own,) = [d for d in sessions.iterdir() if d.name.startswith("run-")]
+        (own,) = [d for d in memory_sessions_dir().iterdir() if d.name.startswith("run-")]
         logs = [p for p in own.iterdir() if p.name.endswith(".log")]
         assert logs, "the command left no tracer log"
         for p in logs:
@@ -141,6 +141,89 @@ def test_the_recorder_records_from_the_runners_read_not_the_logs_again(tmp_path:
     cfg = config.load(cwd=cli.cwd, env=cli.env)
     with Store.open(cfg.database_url, cfg.home) as store:
         assert store.task_run(run_id).traced is True
+
+
+def test_a_runs_trace_is_in_memory_its_task_log_under_the_home(tmp_path: Path) -> None:
+    """The run's tracer logs go to the in-memory sessions directory, its task log stays
+    under the roar home; once recorded, neither is left."""
+    _usable()
+    cli = make_cli(tmp_path)
+    sessions = config.load(cwd=cli.cwd, env=cli.env).sessions_dir
+    sessions.mkdir(parents=True)
+    memory = memory_sessions_dir()
+    lock = os.open(sessions / recorder.LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # no recorder records it meanwhile
+    try:
+        run_id = run(cli, "w", "printf data > out.txt")
+        assert not [d for d in sessions.iterdir() if d.name.startswith("run-")]
+        (own,) = [d for d in memory.iterdir() if d.name.startswith("run-")]
+        assert [p for p in own.iterdir() if p.name.endswith(".log")]
+        (log,) = [p for p in sessions.iterdir() if p.name.startswith("tasks-")]
+        begun = json.loads(log.read_text().splitlines()[1])
+        assert begun["b"]["run_id"] == run_id and begun["d"] == str(own)
+    finally:
+        os.close(lock)
+    assert accesses(cli, run_id) == {"output": {str(cli.cwd / "out.txt"): (b3(b"data"), None)}}
+    assert not [d for d in memory.iterdir() if d.name.startswith("run-")]
+    assert not [p for p in sessions.iterdir() if p.name.startswith("tasks-")]
+
+
+def test_a_runs_trace_stays_beside_its_log_where_memory_has_no_room(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A container's /dev/shm (64 MiB) would fill with a big run's tracer logs and drop
+    their events: with less than MEMORY_FREE_MIN free there, they go beside the task log."""
+    from roar_core.cli import run as runner
+
+    cfg = config.load(cwd=tmp_path, env={}, home=str(tmp_path / "home"))
+    free = runner.MEMORY_FREE_MIN
+    real = os.statvfs
+
+    def statvfs(path):
+        st = real(path)
+        blocks = free // st.f_frsize
+        return os.statvfs_result((st.f_bsize, st.f_frsize, st.f_blocks, blocks, blocks,
+                                  st.f_files, st.f_ffree, st.f_favail, st.f_flag,
+                                  st.f_namemax))
+
+    monkeypatch.setattr(os, "statvfs", statvfs)
+    roomy = runner.begin(cfg, ["true"], "t", True)
+    free -= 1 << 20
+    short = runner.begin(cfg, ["true"], "t", True)
+    assert roomy.own.parent == memory_sessions_dir() and roomy.own.is_dir()
+    assert short.own.parent == cfg.sessions_dir and short.own.is_dir()
+    begun = [json.loads(line)["d"] for line in short.log.path.read_text().splitlines()
+             if '"b"' in line]
+    assert begun == [str(roomy.own), short.own.name]
+
+
+def test_a_killed_run_whose_trace_is_gone_is_abort_and_says_why(tmp_path: Path) -> None:
+    """A run killed with its runner (the machine restarting), whose in-memory tracer logs
+    are gone by the time it is recorded: ABORT, untraced, saying its trace is gone -- not
+    that its program is static."""
+    _usable()
+    cli = make_cli(tmp_path)
+    proc = subprocess.Popen([ROAR, "run", "--job", "k", "--", "sh", "-c",
+                             "printf x > out.txt; exec sleep 60"], cwd=cli.cwd, env=cli.env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    memory = memory_sessions_dir()
+    deadline = time.monotonic() + 30
+    while not list(cli.cwd.glob("out.txt")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    (own,) = [d for d in memory.iterdir() if d.name.startswith("run-")]
+    os.killpg(proc.pid, 9)  # the runner and its command, as a restart would
+    proc.wait()
+    import shutil
+
+    shutil.rmtree(own)  # the memory went with it
+    from roar_core.pipeline.store import Store
+
+    cli.ok("show")
+    cfg = config.load(cwd=cli.cwd, env=cli.env)
+    with Store.open(cfg.database_url, cfg.home) as store:
+        (row,) = store.task_runs()
+    assert row.status == "ABORT" and row.traced is False
+    assert "gone" in row.untraced_reason and "static" not in row.untraced_reason
 
 
 def test_a_reader_waits_while_the_recorder_holds_the_directory(tmp_path: Path) -> None:
