@@ -145,6 +145,9 @@ class Shim:
         lib.roar_version.restype = ctypes.c_int
         lib.roar_active.restype = ctypes.c_int
         lib.roar_log_path.restype = ctypes.c_char_p
+        self._reserved = getattr(lib, "roar_log_reserved", None)  # an older shim: none
+        if self._reserved is not None:
+            self._reserved.restype = ctypes.c_uint64
         self._object = getattr(lib, "roar_object", None)  # an older shim: none
         if self._object is not None:
             self._object.argtypes = [ctypes.c_uint32, ctypes.c_char_p, ctypes.c_char_p,
@@ -216,6 +219,14 @@ class Shim:
     def log_path(self) -> Path | None:
         p = self._lib.roar_log_path()
         return Path(os.fsdecode(p)) if p else None
+
+    def log_mark(self) -> tuple[str, int] | None:
+        """This process's log and where its next record goes; None without a log (or with
+        an older shim, which cannot say)."""
+        p = self._lib.roar_log_path()
+        if not p or self._reserved is None:
+            return None
+        return os.fsdecode(p), self._reserved()
 
 
 def ignore_this_thread() -> None:

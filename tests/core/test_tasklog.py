@@ -459,3 +459,36 @@ def test_a_log_is_alive_while_its_own_process_runs_not_one_that_took_its_pid(tmp
     found = tasklog.TaskLogFile.open(own.path)
     assert found is not None and found.boot == own.boot and found.alive()
     assert own.name == f"{tasklog.PREFIX}{os.getpid()}-{own.boot}"
+
+
+def test_the_shims_mark_is_where_its_log_says_the_next_record_goes(tmp_path):
+    """`trace_mark` asks the shim (no read of the log back): the same offset as the log's
+    header says, after records of this process and of a thread of it."""
+    script = textwrap.dedent('''
+        import os, threading
+        from roar_core.pipeline import tracelog, tracer
+        from roar_core.recording.tasklog import trace_mark
+        shim = tracer.loaded()
+        marks = []
+        for n in range(3):
+            open(os.path.join(os.environ["DATA"], f"f{n}"), "w").close()
+            t = threading.Thread(target=lambda: open(os.environ["DATA"] + "/t", "w").close())
+            t.start()
+            t.join()
+            path = shim.log_path()
+            mark = trace_mark()
+            with shim.ignoring():  # (reading it back is not a record of its own)
+                header = tracelog.read_header(path)
+            assert mark == (str(path), header.reserved), (mark, header.reserved)
+            marks.append(mark[1])
+        assert marks[0] < marks[1] < marks[2], marks
+        print("ok")
+    ''')
+    session = tmp_path / "session"
+    session.mkdir()
+    (tmp_path / "data").mkdir()
+    env = tracer.preload_env(session)
+    env["DATA"] = str(tmp_path / "data")
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.stdout == "ok\n", done.stderr

@@ -1755,6 +1755,12 @@ EXPORT int roar_active(void) { return g.active; }
 
 EXPORT const char *roar_log_path(void) { return g.hdr ? g.log_path : NULL; }
 
+/* Where this process's next record goes in its log (hdr.reserved): where a task that
+ * begins now begins, without the file's header read back through a new descriptor. */
+EXPORT uint64_t roar_log_reserved(void) {
+    return g.hdr ? __atomic_load_n(&g.hdr->reserved, __ATOMIC_ACQUIRE) : 0;
+}
+
 EXPORT uint64_t roar_dropped(void) {
     return (g.hdr ? __atomic_load_n(&g.hdr->dropped, __ATOMIC_RELAXED) : 0) +
            __atomic_load_n(&g.dropped_nolog, __ATOMIC_RELAXED);
