@@ -833,7 +833,7 @@ class _Followed:
         if entry.own_dir:
             # Every process there is the task's (a runner's command tags only its first:
             # one that clears its environment is the task's all the same).
-            own = self.collector.directory / entry.own_dir  # (absolute: in memory)
+            own = self.collector.directory / entry.own_dir  # (absolute where in memory)
             t, logs_read, errors = read or SessionCollector(own).read_whole()
             for err in errors:
                 log.warning("roar: task %s: %s", entry.meta.job_name, err)
