@@ -841,11 +841,15 @@ class _Followed:
             if entry.meta.traced and logs_read == 0 and not errors:
                 program = (entry.meta.command or [entry.meta.job_name])[0]
                 entry.meta.traced = False
-                entry.meta.untraced_reason = (
-                    f"{program} left no trace: a static or setuid program, or the loader "
-                    "refused the preload library") if read is not None or own.is_dir() else (
-                    f"the trace of {program} is gone: its logs were in memory ({own}), and "
-                    "the machine restarted, or they were removed, before it was recorded")
+                if read is None and not own.is_dir():
+                    entry.meta.untraced_reason = (
+                        f"the trace of {program} is gone: its logs were in memory ({own}), "
+                        "and the machine restarted, or they were removed, before it was "
+                        "recorded")
+                else:
+                    entry.meta.untraced_reason = (
+                        f"{program} left no trace: a static or setuid program, or the "
+                        "loader refused the preload library")
         else:
             t = self.collector.take(entry.meta.run_id)
         records = t.records
