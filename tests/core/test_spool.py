@@ -371,6 +371,38 @@ def test_records_straddling_read_chunks_come_back_whole_with_their_offsets(
     assert [(r.t, r.start) for r in seg.records()] == [(i + 1, starts[i]) for i in range(30, 60)]
 
 
+def test_records_many_chunks_long_and_ending_on_a_chunk_edge_come_back_whole(
+    tmp_path: Path,
+) -> None:
+    # A task of thousands of files is one record of megabytes: lines of several whole
+    # chunks without a newline, a newline that is a chunk's last byte, one that is its
+    # first, and a torn tail of several chunks.
+    from roar_core.pipeline import spoolfiles
+
+    chunk = spoolfiles._CHUNK
+    envelope = len(b'{"t":1,"event":}\n')
+    # (line lengths: 5 chunks, 1 chunk, 1 chunk and a byte, short, 3 chunks and more)
+    sizes = [5 * chunk - envelope, chunk - envelope, chunk + 1 - envelope, 7, 3 * chunk + 5]
+    bodies = [orjson.dumps({"pad": "x" * (n - 10)}) for n in sizes]
+    lines = [b'{"t":%d,"event":%s}\n' % (i + 1, body) for i, body in enumerate(bodies)]
+    torn = b'{"t":9,"event":{"pad":"' + b"y" * (3 * chunk)
+    segment = tmp_path / f"{time.time_ns():020d}-1-abcd.jsonl"
+    segment.write_bytes(b"".join(lines) + torn)
+    ends, edge = [], 0
+    for line in lines:
+        edge += len(line)
+        ends.append(edge)
+    assert any(e % chunk == 0 for e in ends) and any(e % chunk == 1 for e in ends)
+
+    seg = spoolfiles.Segment(segment, sealed=True, size=segment.stat().st_size, acked=0)
+    *whole, last = seg.records()
+    assert [r.body for r in whole] == bodies
+    assert [r.problem for r in whole] == [None] * len(bodies)
+    assert [r.end for r in whole] == ends
+    assert last.problem is not None and "truncated" in last.problem
+    assert (last.start, last.end, last.body) == (ends[-1], ends[-1] + len(torn), torn)
+
+
 def test_invalid_event_is_set_aside_not_retried_forever(
     make_spool: Callable[..., Spool],
     endpoint: Endpoint,
