@@ -33,16 +33,18 @@ def default_client(cfg: config_mod.Config, create: bool = True):
     from openlineage.client import OpenLineageClient
     from openlineage.client.transport.file import FileConfig, FileTransport
 
+    from roar_core.pipeline.delivery import Client
+
     # The client's own search (OPENLINEAGE_CONFIG, ./openlineage.yml,
     # ~/.openlineage/openlineage.yml) decides whether a config file exists.
     configured = any(k.startswith("OPENLINEAGE_") and k != "OPENLINEAGE_NAMESPACE"
                      for k in os.environ) or OpenLineageClient._find_yaml_config_path()
     if configured:
-        return OpenLineageClient()
+        return Client()
     out = cfg.home / "openlineage" / "events.jsonl"
     if create:
         out.parent.mkdir(parents=True, exist_ok=True)
-    return OpenLineageClient(transport=FileTransport(
+    return Client(transport=FileTransport(
         FileConfig(log_file_path=str(out), append=True)))
 
 

@@ -15,11 +15,11 @@ from urllib.parse import urlsplit
 from uuid import UUID
 
 import attr
+from openlineage.client import OpenLineageClient
 from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, RunEvent, RunState
 from openlineage.client.facet_v2 import environment_variables_run, tags_job, tags_run
 
 if TYPE_CHECKING:
-    from openlineage.client import OpenLineageClient
     from openlineage.client.transport import Transport
 
 log = logging.getLogger(__name__)
@@ -44,11 +44,21 @@ class TooSlow(Exception):
     refuses or never takes the connection instead)."""
 
 
+class Client(OpenLineageClient):
+    """The official client, minus a walk of the whole environment for every event."""
+
+    def _collect_environment_variables(self) -> dict[str, str]:
+        # The client reads (and decodes) every variable of os.environ, for each event, to
+        # pick the ones it is configured to collect: none unless configured, and ~20 us an
+        # event, ~4 % of a small task's recording with events.
+        if not self.config.facets.environment_variables:
+            return {}
+        return super()._collect_environment_variables()
+
+
 def make_client() -> OpenLineageClient:
     """A client configured the standard ways, with fail-fast HTTP transports."""
-    from openlineage.client import OpenLineageClient
-
-    client = OpenLineageClient()
+    client = Client()
     limit_retries(client.transport)
     return client
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -122,3 +123,53 @@ def test_hold_only_when_nothing_is_configured() -> None:
     assert delivery.hold_reason(delivery.make_client()) is not None  # console fallback
     os.environ["OPENLINEAGE__TRANSPORT__TYPE"] = "console"
     assert delivery.hold_reason(delivery.make_client()) is None  # asked for explicitly
+
+
+class _Unwalked(dict):
+    """os.environ for the length of a send: reading a variable is fine, a walk is not."""
+
+    def items(self):  # type: ignore[override]
+        raise AssertionError("the whole environment was walked for an event")
+
+
+@pytest.mark.parametrize("collect", [[], ["ROAR_TEST_TEAM"]])
+def test_clients_we_make_walk_the_environment_only_to_collect_variables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, collect: list[str]
+) -> None:
+    # The official client decodes all of os.environ for every event to find the variables
+    # it is configured to collect; with none configured ours does not, and with some it
+    # sends them as the official client does.
+    from openlineage.client import OpenLineageClient
+
+    os.environ["ROAR_TEST_TEAM"] = "ml"
+    config = {"transport": {"type": "file", "log_file_path": str(tmp_path / "ours.jsonl"),
+                            "append": True},
+              "facets": {"environment_variables": collect}}
+    ours = delivery.Client(config=config)
+    official = OpenLineageClient(config={**config, "transport": {
+        **config["transport"], "log_file_path": str(tmp_path / "official.jsonl")}})
+    data = em.to_dict(lineage_events(runs=0)[0])
+    delivery.send(official, data)
+    if collect:
+        delivery.send(ours, data)
+    else:
+        with monkeypatch.context() as m:
+            m.setattr(os, "environ", _Unwalked(os.environ))
+            delivery.send(ours, data)
+    sent = [json.loads((tmp_path / f"{name}.jsonl").read_text())
+            for name in ("ours", "official")]
+    assert sent[0] == sent[1]
+    env_facet = sent[0]["run"]["facets"].get("environmentVariables")
+    assert (env_facet and env_facet["environmentVariables"]) == (
+        [{"name": "ROAR_TEST_TEAM", "value": "ml"}] if collect else None)
+
+
+def test_the_clients_roar_makes_are_ours() -> None:
+    from roar_core import config as config_mod
+    from roar_core.api import default_client
+
+    assert isinstance(delivery.make_client(), delivery.Client)
+    cfg = config_mod.load(env={"ROAR_HOME": str(Path.cwd() / ".roar")})
+    assert isinstance(default_client(cfg), delivery.Client)
+    os.environ["OPENLINEAGE_URL"] = closed_port_url()
+    assert isinstance(default_client(cfg), delivery.Client)
