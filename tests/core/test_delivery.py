@@ -173,3 +173,16 @@ def test_the_clients_roar_makes_are_ours() -> None:
     assert isinstance(default_client(cfg), delivery.Client)
     os.environ["OPENLINEAGE_URL"] = closed_port_url()
     assert isinstance(default_client(cfg), delivery.Client)
+
+
+def test_a_client_whose_variables_method_changed_shape_collects_its_own_way() -> None:
+    # A later client that, say, passes the event to the method: ours steps aside.
+    from openlineage.client import OpenLineageClient
+
+    class Later(OpenLineageClient):
+        def _collect_environment_variables(self, event=None):  # type: ignore[override]
+            return {"FROM": "the event"} if event is not None else {}
+
+    client = type("Ours", (delivery.Client, Later), {})(config={"transport": {"type": "noop"}})
+    assert client._collect_environment_variables("an event") == {"FROM": "the event"}
+    assert client._collect_environment_variables() == {}
