@@ -261,9 +261,10 @@ class _Resolver:
         return got
 
     def _resolve(self, raw: bytes) -> tuple[bytes, bytes]:
-        # Most paths a program builds are already normal: skip normpath for those.
-        path = os.path.normpath(raw) if b"/." in raw or b"//" in raw or raw.endswith(
-            b"/") else raw
+        # Most paths a program builds are already normal: skip normpath for those.  (find,
+        # not `in`: bytes' `in` tries its operand as an integer first, an error each time.)
+        path = os.path.normpath(raw) if raw.find(b"/.") >= 0 or raw.find(b"//") >= 0 or \
+            raw.endswith(b"/") else raw
         head, _, tail = path.rpartition(b"/")
         head = head or b"/"
         real_head = self._dirs.get(head)
