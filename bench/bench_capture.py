@@ -115,36 +115,42 @@ def bench_capture(reps: int, tmp: Path, big: bool) -> None:
     # One process writes N files of 4 KiB (bench/workload.c) and reads each back: N outputs.
     cases = [(f"{n} files of 4 KiB", n, f"{exe} files {n} out") for n in N_CAPTURE]
     # A fresh session per rep: the capture classifies and hashes what the command left.
-    print(f"\n== 2. capture at a task's end: classify + hash (median of {reps}) ==")
+    print(f"\n== 2. capture at a task's end: read + classify + hash (median of {reps}) ==")
     for label, n, script in cases:
-        t = timed_capture(cfg, tmp, script, f"{n}", reps)
+        t, read = timed_capture(cfg, tmp, script, f"{n}", reps)
         per = f"{t / n * 1e6:7.1f} us/file" if n else ""
-        print(f"  {label:<22} {t * 1e3:8.1f} ms per task  {per}")
+        print(f"  {label:<22} {t * 1e3:8.1f} ms per task  {per}"
+              f"   (of which reading the logs {read * 1e3:.1f} ms"
+              + (f", {read / n * 1e6:.2f} us/file)" if n else ")"))
     if big:
         # 1 GiB of distinct blocks (the page cache holds it, as right after a write).
-        t = timed_capture(cfg, tmp, "head -c 1048576 /dev/urandom > b; i=0; while [ $i -lt "
-                          "1024 ]; do cat b; i=$((i+1)); done > big.bin; rm b", "big",
-                          max(3, reps // 3))
+        t, _ = timed_capture(cfg, tmp, "head -c 1048576 /dev/urandom > b; i=0; while [ $i -lt "
+                             "1024 ]; do cat b; i=$((i+1)); done > big.bin; rm b", "big",
+                             max(3, reps // 3))
         print(f"  {'one 1 GiB output':<22} {t * 1e3:8.1f} ms per task  "
               f"{GIB / t / 1e9:5.2f} GB/s")
 
 
-def timed_capture(cfg: config.Config, tmp: Path, script: str, name: str, reps: int) -> float:
+def timed_capture(cfg: config.Config, tmp: Path, script: str, name: str, reps: int
+                  ) -> tuple[float, float]:
     """Median seconds of the runner's capture (reading its session, classifying,
-    hashing) of a fresh traced run of `script`, per rep."""
-    runs = []
+    hashing) of a fresh traced run of `script`, and of its first step alone: reading
+    the logs and attributing their records to the task."""
+    runs, reads = [], []
     for rep in range(reps):
         work, session = traced_session(tmp, script, f"{name}-{rep}")
         t0 = time.perf_counter()
         collector = SessionCollector(session)
         collector.collect(settle=True)
-        _, hasher = runner.capture_now(cfg, collector.take_all().records)
+        records = collector.take_all().records
+        reads.append(time.perf_counter() - t0)
+        _, hasher = runner.capture_now(cfg, records)
         if hasher is not None:
             hasher.close()  # its stat cache entries, which `roar-core run` writes after
         runs.append(time.perf_counter() - t0)
         shutil.rmtree(work)
         shutil.rmtree(session)
-    return statistics.median(runs)
+    return statistics.median(runs), statistics.median(reads)
 
 
 def main() -> None:
