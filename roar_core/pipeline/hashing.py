@@ -401,7 +401,7 @@ class Hasher:
     ) -> list[tuple[Path, HashResult | None, bool]]:
         out: list[tuple[Path, HashResult | None, bool]] = []
         names = [os.fsencode(p) for p in paths]
-        # open() would refuse those: left to Python.  (The byte value: see tracelog._parse.)
+        # open() would refuse those: left to Python.  (The byte value: see tracelog._records.)
         ok = [0 not in n for n in names]
         rows = iter(batch.hash([n for n, k in zip(names, ok, strict=True) if k],
                                [before[p].size for p, k in zip(paths, ok, strict=True) if k]))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from roar_core.slotted import Frozen, Slotted
@@ -167,7 +167,70 @@ def _decode_tag(raw: bytes) -> str | None:
 
 
 _HEAD = struct.Struct("<IHH")
-_ZERO8 = b"\0" * 8
+
+
+def _records(buf, end: int, start: int, final: bool) -> Iterator[tuple[int, Record | None]]:
+    """Yield (offset after, record or None for a torn/skipped one) from data offset start."""
+    off = start
+    unpack, head = _RECORD.unpack_from, _HEAD.unpack_from
+    base = HEADER_SIZE
+    # A task's records carry one of a handful of tags: decode each once (this loop runs
+    # once per traced file operation, so it is kept to one unpack and three slices).
+    tags: dict[bytes, str | None] = {b"": None}
+    while off + 8 <= end:
+        size, op, state = head(buf, base + off)
+        if size == 0:
+            if not final:
+                return  # a writer has reserved this space and not yet written it
+            # The writer died right after reserving: find the next record.
+            nxt = off + 8
+            while nxt + 8 <= end and buf[base + nxt: base + nxt + 8] == b"\0" * 8:
+                nxt += 8
+            off = nxt
+            yield off, None
+            continue
+        if size % 8 or size < 8 or (off % CHUNK) + size > CHUNK or off + size > end:
+            if final:
+                yield end, None  # garbage where a record should be: stop, count one drop
+            return
+        if state != STATE_COMMITTED:
+            if not final:
+                return
+            off += size
+            yield off, None
+            continue
+        if op == 0:  # pad to a chunk boundary
+            off += size
+            continue
+        if size < RECORD_FIXED:
+            off += size
+            yield off, None
+            continue
+        f = unpack(buf, base + off)
+        tag_len, path_len, path2_len = f[19], f[20], f[21]
+        p = base + off + RECORD_FIXED
+        raw_tag = buf[p: p + tag_len]
+        tag = tags.get(raw_tag)
+        if tag is None and raw_tag:
+            tag = tags[raw_tag] = _decode_tag(raw_tag)
+        p += tag_len + 1
+        path = buf[p: p + path_len]
+        p += path_len + 1
+        path2 = buf[p: p + path2_len] if path2_len else b""
+        off += size
+        # A record the shim wrote never has its strings past its end nor a NUL inside a
+        # name; one that does is damaged (a bit flip, a stray write): lost, like a torn
+        # one, rather than handed on as a name no system call accepts.  (`0 in`, the byte
+        # value: `b"\0" in` first tries the bytes as an integer, a TypeError raised and
+        # cleared each time: ~0.2 us, three times a record.)
+        if RECORD_FIXED + tag_len + path_len + path2_len + 2 > size or 0 in path or \
+                0 in raw_tag or (path2_len and op not in _LIST_OPS and 0 in path2):
+            yield off, None
+            continue
+        yield off, Record(
+            op, f[3], f[4], f[5], f[7], f[6], f[8], f[9], f[10], f[11], f[12], f[13],
+            f[14], f[15], f[16], f[17], f[18], tag, path, path2,
+        )
 
 
 def read_log(path: str | os.PathLike, start: int = 0,
@@ -204,79 +267,15 @@ def _parse(path: Path, buf: mmap.mmap, size: int, start: int,
     # The file may have been cut (copied, disk full): never read past it.
     end = min(header.reserved, size - HEADER_SIZE)
     log = TraceLog(path, header, next_offset=start, final=final)
-    records = log.records
-    # One loop, no generator: it runs once per traced file operation (a worker's session
-    # holds millions).  `at` is where an incremental read resumes: after the last record
-    # taken or found torn (a pad alone does not move it).
-    at, torn, last_torn = start, 0, False
-    unpack, head = _RECORD.unpack_from, _HEAD.unpack_from
-    base = HEADER_SIZE
-    # A task's records carry one of a handful of tags: decode each once.
-    tags: dict[bytes, str | None] = {b"": None}
-    off = start
-    while off + 8 <= end:
-        # The whole fixed part at once where it fits (its head read first, as its fields
-        # are in order); else the head alone.
-        if off + RECORD_FIXED <= end:
-            f = unpack(buf, base + off)
-            rsize, op, state = f[0], f[1], f[2]
+    last_torn = False
+    for off, rec in _records(buf, end, start, final):
+        log.next_offset = off
+        last_torn = rec is None
+        if last_torn:
+            log.torn += 1
         else:
-            f = None
-            rsize, op, state = head(buf, base + off)
-        if rsize == 0:
-            if not final:
-                break  # a writer has reserved this space and not yet written it
-            # The writer died right after reserving: find the next record.
-            nxt = off + 8
-            while nxt + 8 <= end and buf[base + nxt: base + nxt + 8] == _ZERO8:
-                nxt += 8
-            off = at = nxt
-            torn, last_torn = torn + 1, True
-            continue
-        if rsize % 8 or rsize < 8 or (off % CHUNK) + rsize > CHUNK or off + rsize > end:
-            if final:  # garbage where a record should be: stop, count one drop
-                at, torn, last_torn = end, torn + 1, True
-            break
-        if state != STATE_COMMITTED:
-            if not final:
-                break
-            off = at = off + rsize
-            torn, last_torn = torn + 1, True
-            continue
-        if op == 0:  # pad to a chunk boundary
-            off += rsize
-            continue
-        if rsize < RECORD_FIXED or f is None:
-            off = at = off + rsize
-            torn, last_torn = torn + 1, True
-            continue
-        tag_len, path_len, path2_len = f[19], f[20], f[21]
-        p = base + off + RECORD_FIXED
-        raw_tag = buf[p: p + tag_len]
-        tag = tags.get(raw_tag)
-        if tag is None and raw_tag:
-            tag = tags[raw_tag] = _decode_tag(raw_tag)
-        p += tag_len + 1
-        path = buf[p: p + path_len]
-        p += path_len + 1
-        path2 = buf[p: p + path2_len] if path2_len else b""
-        off = at = off + rsize
-        # A record the shim wrote never has its strings past its end nor a NUL inside a
-        # name; one that does is damaged (a bit flip, a stray write): lost, like a torn
-        # one, rather than handed on as a name no system call accepts.  (`0 in`, the byte
-        # value: `b"\0" in` first tries the bytes as an integer, a TypeError raised and
-        # cleared each time.)
-        if RECORD_FIXED + tag_len + path_len + path2_len + 2 > rsize or 0 in path or \
-                0 in raw_tag or (path2_len and op not in _LIST_OPS and 0 in path2):
-            torn, last_torn = torn + 1, True
-            continue
-        last_torn = False
-        records.append(Record(
-            op, f[3], f[4], f[5], f[7], f[6], f[8], f[9], f[10], f[11], f[12], f[13],
-            f[14], f[15], f[16], f[17], f[18], tag, path, path2,
-        ))
-    log.next_offset, log.torn = at, torn
-    if final and not last_torn and at < header.reserved:
+            log.records.append(rec)
+    if final and not last_torn and log.next_offset < header.reserved:
         log.torn += 1  # the file was cut short at a record boundary
     return log
 
