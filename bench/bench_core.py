@@ -105,7 +105,7 @@ def wait_delivered(home: Path, timeout: float = 300.0) -> float:
     cfg = config.load(env={"ROAR_HOME": str(home)})
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < timeout:
-        if (not cfg.spool_dir.is_dir() or spoolfiles.pending_count(cfg.spool_dir) == 0) and \
+        if (not os.path.isdir(cfg.spool_dir) or spoolfiles.pending_count(cfg.spool_dir) == 0) and \
                 not background_recorders():
             return time.perf_counter() - t0
         time.sleep(0.005)

@@ -41,11 +41,11 @@ def default_client(cfg: config_mod.Config, create: bool = True):
                      for k in os.environ) or OpenLineageClient._find_yaml_config_path()
     if configured:
         return Client()
-    out = cfg.home / "openlineage" / "events.jsonl"
+    out = os.path.join(cfg.home, "openlineage", "events.jsonl")
     if create:
-        out.parent.mkdir(parents=True, exist_ok=True)
+        os.makedirs(os.path.dirname(out), exist_ok=True)
     return Client(transport=FileTransport(
-        FileConfig(log_file_path=str(out), append=True)))
+        FileConfig(log_file_path=out, append=True)))
 
 
 class Roar:
@@ -59,7 +59,7 @@ class Roar:
         self.config = cfg or config_mod.load()
         c = self.config
         try:
-            c.home.mkdir(parents=True, exist_ok=True)
+            os.makedirs(c.home, exist_ok=True)
         except OSError as e:
             raise StoreError(f"cannot create roar home {c.home}: {e.strerror or e}") from None
         self.store = Store.open(url=c.database_url, home=c.home)

@@ -8,7 +8,8 @@
 
 The project root is the nearest directory, from the working directory up, holding a
 `.roar-core/` directory or a pyproject.toml with a `[tool.roar-core]` table; otherwise the
-working directory.  OpenLineage transport settings are *not* ours: they follow the
+working directory.  Paths are strings, as os.path makes them (pathlib costs `roar-core
+run` ~4 ms to import).  OpenLineage transport settings are *not* ours: they follow the
 openlineage-python conventions (openlineage.yml, OPENLINEAGE_URL, ...).  Unknown keys
 are an error that names the key, so a typo never silently does nothing.
 """
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 from roar_core.slotted import Frozen
 
@@ -47,7 +47,7 @@ class Config(Frozen):
     # The annotations of __init__ are the keys' types, which `_coerce` reads.
     def __init__(
         self,
-        home: Path = Path(HOME_NAME),  # store, stat cache, spool, sessions
+        home: str = HOME_NAME,  # store, stat cache, spool, sessions (~ expanded)
         database_url: str | None = None,  # None: SQLite under home
         namespace: str = "roar",  # OpenLineage job namespace
         file_host: str | None = None,  # "file://<host>" dataset namespace for non-shared disks
@@ -62,14 +62,14 @@ class Config(Frozen):
         content_match: bool = True,
         content_match_min_size: int = 64,
         disabled: bool = False,  # kill switch: run tasks untraced and record nothing
-        project_root: Path = Path("."),
+        project_root: str = ".",
     ) -> None:
-        self._set(home=home, database_url=database_url, namespace=namespace,
+        self._set(home=os.fspath(home), database_url=database_url, namespace=namespace,
                   file_host=file_host, include=include, exclude=exclude,
                   hash_workers=hash_workers, native_hash=native_hash, emit=emit,
                   content_match=content_match,
                   content_match_min_size=content_match_min_size, disabled=disabled,
-                  project_root=project_root)
+                  project_root=os.fspath(project_root))
 
     @property
     def match_min_size(self) -> int | None:
@@ -78,22 +78,23 @@ class Config(Frozen):
         return max(1, self.content_match_min_size) if self.content_match else None
 
     @property
-    def spool_dir(self) -> Path:
-        return self.home / "spool"
+    def spool_dir(self) -> str:
+        return os.path.join(self.home, "spool")
 
     @property
-    def sessions_dir(self) -> Path:
-        return self.home / "sessions"
+    def sessions_dir(self) -> str:
+        return os.path.join(self.home, "sessions")
 
     @property
-    def statcache_path(self) -> Path:
-        return self.home / "statcache.db"
+    def statcache_path(self) -> str:
+        return os.path.join(self.home, "statcache.db")
 
 
 # key -> its type, as written in Config.__init__
 _KEYS: dict[str, str] = {k: v for k, v in Config.__init__.__annotations__.items()
                          if k not in ("return", "project_root")}
 KEYS = tuple(_KEYS)  # the configuration keys
+_PATH_KEYS = frozenset({"home"})
 _ENV_PREFIX = "ROAR_"
 # Environment variables that are ours but not config keys (tracer/session plumbing, the
 # CLI's traceback switch, the test suite's settings, which CI exports around every command).
@@ -118,8 +119,10 @@ def _coerce(key: str, value: Any, source: str) -> Any:
             raise ValueError(value)
         if kind == "int":
             return int(value)
-        if kind == "Path":
-            return Path(os.path.expanduser(str(value)))
+        if key in _PATH_KEYS:
+            if isinstance(value, str | os.PathLike):
+                return clean_path(os.path.expanduser(os.fspath(value)))
+            raise ValueError(value)
         if kind == "tuple[str, ...]":
             if isinstance(value, str):
                 return tuple(v for v in value.replace(",", os.pathsep).split(os.pathsep) if v)
@@ -143,7 +146,16 @@ def _check_keys(table: dict[str, Any], source: str) -> dict[str, Any]:
     return {k: _coerce(k, v, source) for k, v in table.items()}
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def clean_path(p: str) -> str:
+    """`p` as pathlib spells it (`Path(p)`): no empty or `.` components, no trailing
+    slash; `..` kept (a symlink before it decides where it leads)."""
+    lead = "/" if p.startswith("/") else ""
+    if p.startswith("//") and not p.startswith("///"):
+        lead = "//"
+    return lead + "/".join(c for c in p.split("/") if c and c != ".") or "."
+
+
+def _read_toml(path: str) -> dict[str, Any]:
     # Imported here: a project without a config file does not pay for it (~1.7 ms, with
     # typing), on every `roar-core run`.
     if sys.version_info >= (3, 11):
@@ -163,14 +175,18 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
 
 
-def find_project_root(start: Path) -> Path:
-    for d in [start, *start.parents]:
-        if (d / HOME_NAME).is_dir():
+def find_project_root(start: str) -> str:
+    d = start
+    while True:
+        if os.path.isdir(os.path.join(d, HOME_NAME)):
             return d
-        py = d / "pyproject.toml"
-        if py.is_file() and "tool" in (t := _read_toml(py)) and TOOL_TABLE in t["tool"]:
+        py = os.path.join(d, "pyproject.toml")
+        if os.path.isfile(py) and "tool" in (t := _read_toml(py)) and TOOL_TABLE in t["tool"]:
             return d
-    return start
+        up = os.path.dirname(d)
+        if up == d:
+            return start
+        d = up
 
 
 def _env_values(env: dict[str, str] | os._Environ) -> dict[str, Any]:
@@ -205,27 +221,27 @@ def _warn_unknown(name: str) -> None:
 
 
 def load(
-    cwd: Path | None = None,
+    cwd: str | os.PathLike | None = None,
     env: dict[str, str] | os._Environ | None = None,
     **overrides: Any,
 ) -> Config:
     """Resolve the configuration through the chain in the module docstring."""
     env = os.environ if env is None else env
-    cwd = (cwd or Path.cwd()).resolve()
+    cwd = os.path.realpath(os.getcwd() if cwd is None else cwd)
     root = find_project_root(cwd)
     values: dict[str, Any] = {}
-    py = root / "pyproject.toml"
-    if py.is_file():
+    py = os.path.join(root, "pyproject.toml")
+    if os.path.isfile(py):
         table = _read_toml(py).get("tool", {}).get(TOOL_TABLE, {})
         values.update(_check_keys(table, f"{py} [tool.{TOOL_TABLE}]"))
-    local = root / HOME_NAME / "config.toml"
-    if local.is_file():
-        values.update(_check_keys(_read_toml(local), str(local)))
+    local = os.path.join(root, HOME_NAME, "config.toml")
+    if os.path.isfile(local):
+        values.update(_check_keys(_read_toml(local), local))
     values.update(_env_values(env))
     values.update(_check_keys({k: v for k, v in overrides.items() if v is not None},
                               "arguments"))
     cfg = Config(project_root=root, **values)
-    home = cfg.home if cfg.home.is_absolute() else root / cfg.home
+    home = clean_path(os.path.join(root, cfg.home))  # (an absolute home stays itself)
     if not cfg.namespace:
         raise ConfigError("namespace: must not be empty (Marquez breaks on empty names)")
     return cfg.replace(home=home)
@@ -239,5 +255,5 @@ def values(cfg: Config) -> dict[str, Any]:
         v = getattr(cfg, key)
         if v is None:
             continue
-        out[key] = str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v
+        out[key] = list(v) if isinstance(v, tuple) else v
     return out

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import functools
-from pathlib import Path
+import os
 
 
 @functools.cache
-def directory() -> Path:
+def directory() -> str:
     """Where they are, resolved once: a Snakemake job, a Ray worker and every `roar-core run`
     ask, and resolving the path took ~25 us (an lstat per component)."""
-    return Path(__file__).resolve().parent
+    return os.path.dirname(os.path.realpath(__file__))

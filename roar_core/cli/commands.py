@@ -286,7 +286,7 @@ def flush(timeout: float) -> None:
 
     cfg = _load_config()
     views.drain_pending(cfg, required=False)  # runs being recorded have events to spool
-    if not cfg.spool_dir.is_dir():
+    if not os.path.isdir(cfg.spool_dir):
         click.echo("sent 0, pending 0")
         return
     # The same transport as `run`; a bare Spool would hold the events when nothing is

@@ -8,7 +8,8 @@ started if none runs; `roar-core run` then exits like its command.  `run --wait`
 `run_command` record in this process instead when no recorder holds the directory, or wait
 for its answer.  Every command that reads lineage records what is pending first.
 
-The fast path imports only light modules: the command starts within a few milliseconds.
+The fast path imports only light modules, and paths are strings (pathlib and its
+urllib.parse cost ~4 ms to import): the command starts within a few milliseconds.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from roar_core.config import Config
 from roar_core.pipeline import tracer
@@ -48,7 +48,7 @@ def tracer_usable(cfg: Config) -> tuple[bool, str | None]:
     if tracer.disabled_by_env():
         return False, tracer.DISABLED_REASON
     lib = tracer.library_path()
-    if not lib.is_file():
+    if not os.path.isfile(lib):
         return False, f"{lib} is missing (reinstall roar-core to build it)"
     return True, None
 
@@ -97,13 +97,13 @@ def _shell_script(prog: str, argv: list[str]) -> str | None:
     return None
 
 
-def log_dirs(cfg: Config) -> list[Path]:
+def log_dirs(cfg: Config) -> list[str]:
     """Where `roar-core run`'s task logs are: under the home, and in the spare directory."""
     spare = spare_dir(cfg)
     return [cfg.sessions_dir] if spare is None else [cfg.sessions_dir, spare]
 
 
-def spare_dir(cfg: Config) -> Path | None:
+def spare_dir(cfg: Config) -> str | None:
     """Where runs go while the roar home cannot be written: this user's in-memory
     directory, one per home.  It outlives the processes (not a reboot), and the sweep of
     stale in-memory sessions leaves it alone."""
@@ -115,7 +115,7 @@ def spare_dir(cfg: Config) -> Path | None:
     import zlib  # not hashlib: ~2.6 ms to import, on every `roar-core run`
 
     home = os.fsencode(cfg.home)
-    return memory / f"{SPARE_PREFIX}{zlib.crc32(home):08x}{zlib.adler32(home):08x}"
+    return os.path.join(memory, f"{SPARE_PREFIX}{zlib.crc32(home):08x}{zlib.adler32(home):08x}")
 
 
 class NoSession(OSError):
@@ -127,7 +127,7 @@ class Begun(Slotted):
 
     __slots__ = ("run_id", "job_name", "log", "own", "traced", "untraced_reason")
 
-    def __init__(self, run_id: str, job_name: str, log: TaskLog, own: Path, traced: bool,
+    def __init__(self, run_id: str, job_name: str, log: TaskLog, own: str, traced: bool,
                  untraced_reason: str | None = None) -> None:
         self.run_id = run_id
         self.job_name = job_name
@@ -137,21 +137,21 @@ class Begun(Slotted):
         self.untraced_reason = untraced_reason
 
     @property
-    def directory(self) -> Path:
+    def directory(self) -> str:
         return self.log.directory
 
 
-_logs: dict[Path, TaskLog] = {}  # this process's task log in each directory
+_logs: dict[str, TaskLog] = {}  # this process's task log in each directory
 
 
-def _task_log(directory: Path) -> TaskLog:
+def _task_log(directory: str) -> TaskLog:
     log = _logs.get(directory)
     if log is None or log.pid != os.getpid():
         log = _logs[directory] = TaskLog(directory, warn=False)
     return log
 
 
-def _drop_log(directory: Path) -> None:
+def _drop_log(directory: str) -> None:
     log = _logs.pop(directory, None)
     if log is None:
         return
@@ -188,7 +188,7 @@ def begin(cfg: Config, argv: list[str], job_name: str, traced: bool,
     # all the same.
     memory = memory_for_traces()
     for base in log_dirs(cfg):
-        own = base / own_name
+        own = os.path.join(base, own_name)
         try:
             log = _task_log(base)
             # (The spare directory's runs keep theirs beside them: they wait for the home.)
@@ -197,14 +197,14 @@ def begin(cfg: Config, argv: list[str], job_name: str, traced: bool,
             # recorder running there takes it up before it can read the run's end (written
             # after the end, a pass in between recorded the run with the settings before).
             recorder.write_settings(base, cfg, idle_exit_s=RECORDER_IDLE_S, replace=True)
-            log.begun(meta, own_dir=own_name if own.parent == base else str(own))
+            log.begun(meta, own_dir=own_name if os.path.dirname(own) == base else own)
             if not log.ok:
                 raise OSError(f"cannot write {log.path}")
         except OSError as e:
             problems.append(f"{base}: {e.strerror or e}")
             _drop_log(base)
             try:
-                own.rmdir()
+                os.rmdir(own)
             except OSError:
                 pass
             continue
@@ -222,7 +222,7 @@ def begin(cfg: Config, argv: list[str], job_name: str, traced: bool,
 MEMORY_FREE_MIN = 256 << 20
 
 
-def memory_for_traces() -> Path | None:
+def memory_for_traces() -> str | None:
     """The in-memory sessions directory, if it has room for a run's tracer logs."""
     from roar_core.recording.sessions import memory_sessions_dir
 
@@ -236,15 +236,16 @@ def memory_for_traces() -> Path | None:
     return memory if st.f_bavail * st.f_frsize >= MEMORY_FREE_MIN else None
 
 
-def _trace_dir(beside_log: Path, memory: Path | None) -> Path:
+def _trace_dir(beside_log: str, memory: str | None) -> str:
     """The run's tracer session, made: in `memory` if it can be made there."""
     if memory is not None:
+        in_memory = os.path.join(memory, os.path.basename(beside_log))
         try:
-            (memory / beside_log.name).mkdir()
-            return memory / beside_log.name
+            os.mkdir(in_memory)
+            return in_memory
         except OSError:
             pass
-    beside_log.mkdir()
+    os.mkdir(beside_log)
     return beside_log
 
 
@@ -342,7 +343,7 @@ def note_missing_hasher() -> None:
 
     from roar_core.pipeline import nativehash
 
-    lib = str(nativehash.library_path())
+    lib = nativehash.library_path()
     if os.path.exists(lib):
         return
 
@@ -454,8 +455,6 @@ def adopt_old_runs(cfg: Config) -> int:
     session of their own each, ended or whose runner died): each gets a task log of its
     own, with its begin and end, for the recorder to record like any run (an upgrade loses
     nothing).  Returns how many."""
-    import json
-
     from roar_core.ids import host_name
     from roar_core.recording.sessions import pid_alive
 
@@ -464,14 +463,13 @@ def adopt_old_runs(cfg: Config) -> int:
     for base in log_dirs(cfg):
         try:
             with os.scandir(base) as entries:
-                found = [Path(e.path) for e in entries if e.name.startswith(RUN_PREFIX)]
+                found = [e.path for e in entries if e.name.startswith(RUN_PREFIX)]
         except OSError:
             continue
         for d in found:
             try:
-                info = json.loads((d / "runner.json").read_text())
-                done = json.loads((d / "task.json").read_text()) if (
-                    d / "task.json").exists() else None
+                info = _read_json(d, "runner.json")
+                done = _read_json(d, "task.json", missing=None)
                 if done is None and (info["host"] != host or pid_alive(int(info["pid"]))):
                     continue  # its command still runs (under the older roar-core)
                 meta = {"run_id": info["run_id"], "engine": "cli", "namespace": cfg.namespace,
@@ -487,18 +485,35 @@ def adopt_old_runs(cfg: Config) -> int:
                     end = tasklog.end_entry(
                         info["run_id"], status, error=error, exit_code=rc,
                         ended_at=datetime.fromisoformat(done["ended_at"]),
-                        captured=json.loads((d / "capture.json").read_text())
-                        if (d / "capture.json").exists() else None)
-                tasklog.write_gone(base, f"adopted-{d.name}", info["pid"], info["host"],
-                                   meta, d.name, end)
-                os.rename(d / "runner.json", d / "runner.json.adopted")
+                        captured=_read_json(d, "capture.json", missing=None))
+                name = os.path.basename(d)
+                tasklog.write_gone(base, f"adopted-{name}", info["pid"], info["host"],
+                                   meta, name, end)
+                os.rename(os.path.join(d, "runner.json"),
+                          os.path.join(d, "runner.json.adopted"))
             except (OSError, ValueError, KeyError, TypeError):
                 continue
             adopted += 1
     return adopted
 
 
-def hand_off(cfg: Config, directory: Path | None = None) -> None:
+_REQUIRED = object()
+
+
+def _read_json(directory: str, name: str, missing: Any = _REQUIRED) -> Any:
+    """A JSON file of an old run's directory; `missing` if it has none."""
+    import json
+
+    try:
+        with open(os.path.join(directory, name), "rb") as f:
+            return json.loads(f.read())
+    except FileNotFoundError:
+        if missing is _REQUIRED:
+            raise
+        return missing
+
+
+def hand_off(cfg: Config, directory: str | None = None) -> None:
     """Have the recorder of the home's sessions directory record what is there (started if
     none runs), with this configuration; and that of the spare directory, where runs wait
     that were made while the home could not be written."""
@@ -508,7 +523,7 @@ def hand_off(cfg: Config, directory: Path | None = None) -> None:
         if d != cfg.sessions_dir and not tasklog.log_paths(d):
             continue
         try:
-            d.mkdir(parents=True, exist_ok=True)
+            os.makedirs(d, exist_ok=True)
             recorder.write_settings(d, cfg, idle_exit_s=RECORDER_IDLE_S, replace=True)
             recorder.ensure(d)
         except OSError as e:
@@ -516,7 +531,7 @@ def hand_off(cfg: Config, directory: Path | None = None) -> None:
                   file=sys.stderr)
 
 
-def pending(cfg: Config) -> list[tuple[Path, tasklog.Outstanding]]:
+def pending(cfg: Config) -> list[tuple[str, tasklog.Outstanding]]:
     """Runs ended (or whose runner died) and not recorded yet, with their directory."""
     return [(base, t) for base in log_dirs(cfg) for t in tasklog.outstanding(base)
             if t.ended or t.dead]

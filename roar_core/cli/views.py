@@ -147,7 +147,7 @@ def ol_client(cfg: config_mod.Config, create: bool = True) -> Any:
 
 def store_location(cfg: config_mod.Config) -> str:
     if cfg.database_url is None:
-        return str(cfg.home / DB_FILENAME)
+        return os.path.join(cfg.home, DB_FILENAME)
     from sqlalchemy.engine import make_url
 
     try:
@@ -157,7 +157,7 @@ def store_location(cfg: config_mod.Config) -> str:
 
 
 def store_missing(cfg: config_mod.Config) -> bool:
-    return cfg.database_url is None and not (cfg.home / DB_FILENAME).is_file()
+    return cfg.database_url is None and not os.path.isfile(os.path.join(cfg.home, DB_FILENAME))
 
 
 def open_roar(cfg: config_mod.Config, progress: Callable[[int, int], None] | None = None,
@@ -168,7 +168,7 @@ def open_roar(cfg: config_mod.Config, progress: Callable[[int, int], None] | Non
     try:
         # First, so that an unusable home is reported as such, not as whatever part of the
         # setup happens to touch it first.
-        cfg.home.mkdir(parents=True, exist_ok=True)
+        os.makedirs(cfg.home, exist_ok=True)
         client = ol_client(cfg) if cfg.emit else None
         return Roar(cfg, client=client, progress=progress, send=send)
     except StoreError as e:
@@ -182,7 +182,7 @@ def open_roar(cfg: config_mod.Config, progress: Callable[[int, int], None] | Non
 def home_read_only(cfg: config_mod.Config) -> bool:
     """The roar home is there and cannot be written (a read-only mount, another user's):
     reading commands read its store as it is."""
-    return cfg.home.is_dir() and not os.access(cfg.home, os.W_OK | os.X_OK)
+    return os.path.isdir(cfg.home) and not os.access(cfg.home, os.W_OK | os.X_OK)
 
 
 def drain_pending(cfg: config_mod.Config, required: bool = True) -> None:
@@ -230,7 +230,8 @@ def read_store(cfg: config_mod.Config) -> Iterator[Store]:
     """The store, for commands that only read: a missing SQLite file is not created."""
     drain_pending(cfg)
     if store_missing(cfg):
-        raise CliError(f"nothing recorded yet: no lineage store at {cfg.home / DB_FILENAME}")
+        raise CliError("nothing recorded yet: no lineage store at "
+                       f"{os.path.join(cfg.home, DB_FILENAME)}")
     try:
         store = Store.open(url=cfg.database_url, home=cfg.home, read_only=home_read_only(cfg))
     except StoreError as e:
@@ -664,7 +665,7 @@ def check_hasher(cfg: config_mod.Config) -> Check:
 
 def check_home(cfg: config_mod.Config) -> Check:
     """Whether the roar home takes a write (a full disk passes every permission check)."""
-    if not cfg.home.exists():
+    if not os.path.exists(cfg.home):
         return "home", "ok", f"{cfg.home} (not created yet; the first run will)"
     try:
         with tempfile.NamedTemporaryFile(dir=cfg.home, prefix=".doctor-") as f:
@@ -682,9 +683,9 @@ def check_store(cfg: config_mod.Config) -> Check:
     if store_missing(cfg):
         # Not created by a check: say whether the first run will be able to.
         d = cfg.home
-        while not d.exists() and d != d.parent:
-            d = d.parent
-        if d.is_dir() and os.access(d, os.W_OK | os.X_OK):
+        while not os.path.exists(d) and d != os.path.dirname(d):
+            d = os.path.dirname(d)
+        if os.path.isdir(d) and os.access(d, os.W_OK | os.X_OK):
             return "store", "ok", f"sqlite {where} (not created yet; the first run will)"
         return "store", "FAIL", f"sqlite {where} cannot be created: {d} is not a writable dir"
     read_only = home_read_only(cfg)
@@ -693,7 +694,7 @@ def check_store(cfg: config_mod.Config) -> Check:
     except StoreError as e:
         return "store", "FAIL", str(e)
     if cfg.database_url is None:
-        damage = _sqlite_damage(cfg.home / DB_FILENAME)
+        damage = _sqlite_damage(os.path.join(cfg.home, DB_FILENAME))
         if damage:
             return "store", "FAIL", (f"sqlite {where} is damaged ({damage}): runs wait to be "
                                      "recorded until it is repaired or moved away")
@@ -777,12 +778,12 @@ def describe_transport(transport: Any) -> str:
 def check_spool(cfg: config_mod.Config) -> Check:
     from roar_core.pipeline.spoolfiles import REJECTED, pending_count
 
-    if not cfg.spool_dir.is_dir():
+    if not os.path.isdir(cfg.spool_dir):
         return "spool", "ok", f"empty ({cfg.spool_dir} not created yet)"
     n = pending_count(cfg.spool_dir)
     detail = f"{n} event(s) pending in {cfg.spool_dir}"
-    rejected = cfg.spool_dir / REJECTED
-    if rejected.is_file():
+    rejected = os.path.join(cfg.spool_dir, REJECTED)
+    if os.path.isfile(rejected):
         with open(rejected, "rb") as f:
             detail += f"; {sum(1 for _ in f)} set aside as undeliverable in {rejected}"
         return "spool", "warn", detail

@@ -9,10 +9,10 @@ hashing stays in Python.
 from __future__ import annotations
 
 import functools
+import os
 import struct
 from array import array
 from collections.abc import Sequence
-from pathlib import Path
 
 TYPE_CHECKING = False  # not typing's (see roar_core.slotted)
 if TYPE_CHECKING:
@@ -25,10 +25,10 @@ ABI = 1
 _OUT = struct.Struct("<iiQqQQqqq64s")
 
 
-def library_path() -> Path:
+def library_path() -> str:
     from roar_core import _bin
 
-    return _bin.directory() / LIB_NAME
+    return os.path.join(_bin.directory(), LIB_NAME)
 
 
 class BatchHasher:
@@ -62,7 +62,7 @@ def load() -> BatchHasher | None:
     import ctypes
 
     try:
-        lib = ctypes.CDLL(str(library_path()))
+        lib = ctypes.CDLL(library_path())
         if lib.roar_hashbatch_abi() != ABI:
             return None
     except (OSError, AttributeError):

@@ -242,12 +242,12 @@ class Segment:
         _unlink(ack_path(self.path))
 
 
-def segment_paths(directory: Path) -> list[Path]:
+def segment_paths(directory: str | os.PathLike) -> list[Path]:
     """Segments in creation order."""
-    return sorted(p for p in directory.iterdir() if _SEGMENT_NAME.match(p.name))
+    return sorted(p for p in Path(directory).iterdir() if _SEGMENT_NAME.match(p.name))
 
 
-def pending_count(directory: Path) -> int:
+def pending_count(directory: str | os.PathLike) -> int:
     """Complete records not yet delivered, over all segments."""
     count = 0
     for path in segment_paths(directory):
@@ -259,7 +259,7 @@ def pending_count(directory: Path) -> int:
     return count
 
 
-def pending_bytes(directory: Path) -> int:
+def pending_bytes(directory: str | os.PathLike) -> int:
     """Bytes of records not yet delivered, over all segments (what a flush would send)."""
     total = 0
     for path in segment_paths(directory):
@@ -270,9 +270,9 @@ def pending_bytes(directory: Path) -> int:
     return total
 
 
-def remove_stale(directory: Path) -> None:
+def remove_stale(directory: str | os.PathLike) -> None:
     """Delete leftovers of removed segments and of writers that died while creating one."""
-    for path in directory.iterdir():
+    for path in Path(directory).iterdir():
         name = path.name
         if name.endswith(ACK_SUFFIX):
             if not path.with_suffix("").exists():

@@ -11,7 +11,6 @@ import mmap
 import os
 import struct
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 from roar_core.slotted import Frozen, Slotted
 
@@ -133,7 +132,7 @@ class Record(Slotted):
 class TraceLog(Slotted):
     __slots__ = ("path", "header", "records", "torn", "next_offset", "final")
 
-    def __init__(self, path: Path, header: LogHeader, records: list[Record] | None = None,
+    def __init__(self, path: str, header: LogHeader, records: list[Record] | None = None,
                  torn: int = 0, next_offset: int = 0, final: bool = True) -> None:
         self.path = path
         self.header = header
@@ -148,7 +147,7 @@ class TraceLog(Slotted):
         return self.header.dropped + self.torn
 
 
-def _header(buf: bytes | mmap.mmap, path: Path) -> LogHeader:
+def _header(buf: bytes | mmap.mmap, path: str) -> LogHeader:
     if len(buf) < _HEADER.size:
         raise TraceLogError(f"{path}: not a roar trace log (file too short: {len(buf)} bytes)")
     (magic, version, header_size, chunk, origin, pid, ppid, mono, wall, reserved, dropped,
@@ -239,7 +238,7 @@ def read_log(path: str | os.PathLike, start: int = 0,
     not committed yet, and `next_offset` says where to resume.  `final` may be decided
     from the log's header (e.g. whether its process is gone), read from the same mapping
     as the records, not opened apart: the log's `final` says what it was."""
-    path = Path(path)
+    path = os.fspath(path)
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -250,16 +249,16 @@ def read_log(path: str | os.PathLike, start: int = 0,
         raise _unreadable(path, e) from None
 
 
-def _check_size(path: Path, size: int) -> None:
+def _check_size(path: str, size: int) -> None:
     if size < HEADER_SIZE:
         raise TraceLogError(f"{path}: not a roar trace log (file too short: {size} bytes)")
 
 
-def _unreadable(path: Path, e: OSError) -> TraceLogError:
+def _unreadable(path: str | os.PathLike, e: OSError) -> TraceLogError:
     return TraceLogError(f"{path}: cannot read trace log ({e.strerror or e})")
 
 
-def _parse(path: Path, buf: mmap.mmap, size: int, start: int,
+def _parse(path: str, buf: mmap.mmap, size: int, start: int,
            final: bool | Callable[[LogHeader], bool]) -> TraceLog:
     header = _header(buf, path)
     if callable(final):
@@ -286,7 +285,7 @@ class LiveLog:
     the few records it finds.  The mapping follows the file as the shim extends it."""
 
     def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
+        self.path = os.fspath(path)
         try:
             self._f = open(self.path, "rb")
         except OSError as e:
@@ -326,8 +325,8 @@ def read_header(path: str | os.PathLike) -> LogHeader:
         finally:
             os.close(fd)
     except OSError as e:
-        raise _unreadable(Path(path), e) from None
-    return _header(buf, Path(path))
+        raise _unreadable(path, e) from None
+    return _header(buf, os.fspath(path))
 
 
 _STARTS = frozenset(OP[n] for n in ("fork", "spawn", "exec", "exec_fail"))
@@ -362,15 +361,15 @@ _OPEN, _TRUNCATE, _CLOSE = OP["open"], OP["truncate"], OP["close"]
 
 
 def log_files(session_dir: str | os.PathLike, since_mono_ns: int | None = None,
-              pid: int | None = None) -> list[Path]:
+              pid: int | None = None) -> list[str]:
     """The logs of a session, in creation order (pid then monotonic start).
 
     `since_mono_ns` (CLOCK_MONOTONIC): only the logs created since then, and `pid`'s own,
     told by name (roar-<pid>-<mono_ns>.log); a log not named that way is kept."""
-    # scandir, and names filtered before any Path is made: a long-lived worker's session
+    # scandir, and names filtered before anything is stat'ed: a long-lived worker's session
     # holds a log for every process it ever forked, where a stat each (glob + is_file) and
-    # a Path each were most of the time it took to find a task's few.
-    return [Path(p) for _, p in _scan(session_dir, since_mono_ns, pid)]
+    # a pathlib.Path each were most of the time it took to find a task's few.
+    return [p for _, p in _scan(session_dir, since_mono_ns, pid)]
 
 
 def _scan(session_dir: str | os.PathLike, since_mono_ns: int | None = None,
@@ -415,12 +414,11 @@ class LogListing:
 
     def __init__(self, directory: str | os.PathLike):
         self.directory = directory
-        self.headers: dict[Path, LogHeader] = {}
+        self.headers: dict[str, LogHeader] = {}
         self.version = 0
         self._stale = True
-        self._paths: dict[str, Path] = {}  # kept: a Path's hash is computed once
-        self._keys: dict[Path, tuple[int, int]] = {}
-        self._related: dict[int, list[tuple[Path, LogHeader]]] = {}
+        self._keys: dict[str, tuple[int, int]] = {}
+        self._related: dict[int, list[tuple[str, LogHeader]]] = {}
 
     def invalidate(self) -> None:
         self._stale = True
@@ -432,12 +430,10 @@ class LogListing:
         return self.version
 
     def _refresh(self) -> None:
-        known, headers = self._paths, self.headers
-        paths: dict[str, Path] = {}
-        keys: dict[Path, tuple[int, int]] = {}
-        related: dict[int, list[tuple[Path, LogHeader]]] = {}
-        for key, p in _scan(self.directory):
-            path = paths[p] = known.get(p) or Path(p)
+        headers = self.headers
+        keys: dict[str, tuple[int, int]] = {}
+        related: dict[int, list[tuple[str, LogHeader]]] = {}
+        for key, path in _scan(self.directory):
             keys[path] = key
             head = headers.get(path)
             if head is None:
@@ -448,15 +444,15 @@ class LogListing:
             related.setdefault(head.pid, []).append((path, head))
             if head.ppid != head.pid:
                 related.setdefault(head.ppid, []).append((path, head))
-        self._paths, self._keys, self._related = paths, keys, related
+        self._keys, self._related = keys, related
         self.version += 1
         self._stale = False
 
-    def related(self, pid: int) -> list[tuple[Path, LogHeader]]:
+    def related(self, pid: int) -> list[tuple[str, LogHeader]]:
         """The logs of process `pid` and of its children, with their headers."""
         return self._related.get(pid, [])
 
-    def key(self, path: Path) -> tuple[int, int] | None:
+    def key(self, path: str) -> tuple[int, int] | None:
         """(mono_ns, pid) from a listed log's name ((0, 0): not named so); None: not
         listed."""
         return self._keys.get(path)

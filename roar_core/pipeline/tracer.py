@@ -8,12 +8,12 @@ import os
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from pathlib import Path
 
 from roar_core.slotted import Frozen
 
-# ctypes, subprocess, shlex, tempfile and the log reader are imported where they are used: this
-# module is on `roar-core run`'s path, which must start the command within milliseconds.
+# ctypes, subprocess, shlex, tempfile and the log reader are imported where they are used, and
+# paths are strings (pathlib: ~4 ms to import, with urllib.parse): this module is on
+# `roar-core run`'s path, which must start the command within milliseconds.
 
 LIB_NAME = "libroar_preload.so"
 ENV_SESSION = "ROAR_SESSION_DIR"
@@ -21,14 +21,14 @@ ENV_TAG = "ROAR_TASK_TAG"
 ENV_TRACER_OFF = "ROAR_TRACER_OFF"
 
 
-def library_path() -> Path:
+def library_path() -> str:
     """The shim built with this package (`ROAR_PRELOAD_LIB` overrides, for development)."""
     override = os.environ.get("ROAR_PRELOAD_LIB")
     if override:
-        return Path(override)
+        return override
     from roar_core import _bin
 
-    return _bin.directory() / LIB_NAME
+    return os.path.join(_bin.directory(), LIB_NAME)
 
 
 DISABLED_REASON = f"{ENV_TRACER_OFF} is set: the tracer is switched off"
@@ -42,7 +42,7 @@ def disabled_by_env() -> bool:
 class TracerStatus(Frozen):
     __slots__ = ("path", "usable", "reason")
 
-    def __init__(self, path: Path, usable: bool, reason: str) -> None:
+    def __init__(self, path: str, usable: bool, reason: str) -> None:
         # reason: why not, or a short description of what was checked
         self._set(path=path, usable=usable, reason=reason)
 
@@ -60,7 +60,7 @@ def status() -> TracerStatus:
         # The shim would load and record nothing, which the probe below would misreport
         # as "wrote no trace log".
         return TracerStatus(lib, False, DISABLED_REASON)
-    if not lib.is_file():
+    if not os.path.isfile(lib):
         return TracerStatus(lib, False, f"{lib} is missing (reinstall roar-core to build it)")
     with tempfile.TemporaryDirectory(prefix="roar-probe-") as d:
         env = preload_env(d, base=os.environ)
@@ -112,7 +112,7 @@ def preload_env(
     """Environment for a traced child: our shim first in LD_PRELOAD, the session dir,
     and the task tag the child starts in."""
     env = dict(os.environ if base is None else base)
-    lib = str(library_path())
+    lib = library_path()
     existing = [p for p in env.get("LD_PRELOAD", "").replace(":", " ").split() if p != lib]
     env["LD_PRELOAD"] = " ".join([lib, *existing])
     env[ENV_SESSION] = str(session_dir)
@@ -216,9 +216,9 @@ class Shim:
     def active(self) -> bool:
         return bool(self._lib.roar_active())
 
-    def log_path(self) -> Path | None:
+    def log_path(self) -> str | None:
         p = self._lib.roar_log_path()
-        return Path(os.fsdecode(p)) if p else None
+        return os.fsdecode(p) if p else None
 
     def log_mark(self) -> tuple[str, int] | None:
         """This process's log and where its next record goes; None without a log (or with
@@ -241,14 +241,14 @@ def ignore_this_thread() -> None:
 def loaded() -> Shim | None:
     """The shim if it was preloaded into this process, else None.  Never loads it:
     a late dlopen would not interpose anything."""
-    if not _mapped(library_path().name):
+    if not _mapped(os.path.basename(library_path())):
         return None  # the common case of roar's own processes, without importing ctypes
     import ctypes
 
     from roar_core.pipeline import tracelog
 
     try:
-        lib = ctypes.CDLL(str(library_path()), mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+        lib = ctypes.CDLL(library_path(), mode=os.RTLD_NOLOAD | os.RTLD_NOW)
     except OSError:
         return None
     shim = Shim(lib)

@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable, Collection
 from contextlib import ExitStack
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+from roar_core.config import clean_path
 from roar_core.heap import gc_paused
 from roar_core.ids import host_name
 from roar_core.pipeline.attribution import UNATTRIBUTED
@@ -178,18 +178,18 @@ class Follower:
         # none): this recorder's own mark must not pass it.
         self.held_from: datetime | None = None
         self._horizon = datetime.min.replace(tzinfo=timezone.utc)  # the others' mark, seen
-        self.directory = Path(directory)
+        self.directory = clean_path(os.fspath(directory))  # as its collectors spell it
         self.lifetime_status = lifetime_status
         self._alive = alive
         self.sync_every = sync_every
         self._host = host_name()  # (the name its task logs carry)
-        self._files: dict[Path, _Followed] = {}
-        self._foreign: set[Path] = set()
+        self._files: dict[str, _Followed] = {}
+        self._foreign: set[str] = set()
         # Since the last sync: the spool's open batch, and the task logs whose marks wait
         # on it (a task is marked recorded only once its events are durable).
         self._window: ExitStack | None = None
         self._window_since = 0.0
-        self._unsynced: dict[Path, _Followed] = {}
+        self._unsynced: dict[str, _Followed] = {}
         self._urgent = False  # a producer waits for a task of this window
         self._workflow_rows: set[str] = set()  # workflow runs known to be in the store
         # The tracer logs, listed once a pass and their headers read once, for all the
@@ -239,7 +239,8 @@ class Follower:
 
     def _read_staged(self) -> dict[str, list]:
         try:
-            data = (self.directory / STAGED).read_bytes()
+            with open(os.path.join(self.directory, STAGED), "rb") as f:
+                data = f.read()
         except OSError:
             return {}
         import orjson
@@ -273,7 +274,7 @@ class Follower:
                 parts.append(event)
             parts.append(b"]}\n")
         if self._staged_fd < 0:
-            self._staged_fd = os.open(self.directory / STAGED,
+            self._staged_fd = os.open(os.path.join(self.directory, STAGED),
                                       os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
                                       0o644)
         write_all(self._staged_fd, parts)
@@ -314,7 +315,7 @@ class Follower:
         if not self._files and self._staged_fd >= 0:  # nothing left to follow
             self._close_staged()
             try:
-                os.unlink(self.directory / STAGED)
+                os.unlink(os.path.join(self.directory, STAGED))
             except OSError:
                 pass
 
@@ -394,7 +395,7 @@ class Follower:
                 return len(recorded)
         return sum(self._record(f, entry, task) is not None for f, entry, task in tasks)
 
-    def _follow(self, path: Path) -> _Followed | None:
+    def _follow(self, path: str) -> _Followed | None:
         """Start following a task log (None: its header is not complete yet, or it is
         another host's)."""
         j = TaskLogFile.open(path)
@@ -439,7 +440,7 @@ class Follower:
         if self.order is not None:  # answered in the order of the node's events
             return answered
         for name in dict.fromkeys(hinted):
-            path = self.directory / f"{name}{SUFFIX}"
+            path = os.path.join(self.directory, f"{name}{SUFFIX}")
             if path in self._foreign:
                 continue
             f = self._files.get(path) or self._follow(path)
@@ -627,7 +628,7 @@ class Follower:
         for path in [f.tasklog.path, *f.collector.owned()]:
             self._listing.headers.pop(path, None)
             try:
-                path.unlink()
+                os.unlink(path)
             except OSError:
                 pass
 
@@ -806,7 +807,7 @@ class Follower:
 
 
 class _Followed:
-    def __init__(self, tasklog: TaskLogFile, directory: Path,
+    def __init__(self, tasklog: TaskLogFile, directory: str,
                  listing: LogListing | None = None):
 
         self.tasklog = tasklog
@@ -833,7 +834,8 @@ class _Followed:
         if entry.own_dir:
             # Every process there is the task's (a runner's command tags only its first:
             # one that clears its environment is the task's all the same).
-            own = self.collector.directory / entry.own_dir  # (absolute where in memory)
+            # (absolute where in memory)
+            own = os.path.join(self.collector.directory, entry.own_dir)
             t, logs_read, errors = read or SessionCollector(own).read_whole()
             for err in errors:
                 log.warning("roar: task %s: %s", entry.meta.job_name, err)
@@ -841,7 +843,7 @@ class _Followed:
             if entry.meta.traced and logs_read == 0 and not errors:
                 program = (entry.meta.command or [entry.meta.job_name])[0]
                 entry.meta.traced = False
-                if read is None and not own.is_dir():
+                if read is None and not os.path.isdir(own):
                     entry.meta.untraced_reason = (
                         f"the trace of {program} is gone: its logs were in memory ({own}), "
                         "and the machine restarted, or they were removed, before it was "
@@ -865,7 +867,7 @@ class _Followed:
     def answer(self, mark: dict, run_id: str) -> None:
         """Write one mark now, not at the next sync, and wake the producer waiting on it."""
         if self._append([mark]):
-            poke(self.collector.directory / f"{WAIT_PREFIX}{run_id}")
+            poke(os.path.join(self.collector.directory, f"{WAIT_PREFIX}{run_id}"))
 
     def _append(self, marks: list[dict]) -> bool:
         """One O_APPEND write of the marks (never interleaved with the producer's lines);
@@ -889,14 +891,14 @@ class _Followed:
         directory = self.collector.directory
         waiters, self.waiters = self.waiters, []
         for run_id in waiters:
-            poke(directory / f"{WAIT_PREFIX}{run_id}")
+            poke(os.path.join(directory, f"{WAIT_PREFIX}{run_id}"))
         if self.tasklog.close_waited and self.dead and all(
                 e.failures for e in self.tasklog.entries.values()):
             # Every task answered: recorded, or failed and kept for another attempt.
-            poke(directory / f"{WAIT_PREFIX}{self.tasklog.name}")
+            poke(os.path.join(directory, f"{WAIT_PREFIX}{self.tasklog.name}"))
         own, self.own_dirs = self.own_dirs, []
         for d in own:
-            shutil.rmtree(directory / d, ignore_errors=True)
+            shutil.rmtree(os.path.join(directory, d), ignore_errors=True)
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -911,7 +913,7 @@ def recover(roar: Roar, directory: str | os.PathLike, *,
     of live processes and of other hosts are left alone."""
     follower = Follower(roar, directory, lifetime_status=lambda: lifetime_status)
     done = 0
-    for path in log_paths(directory):
+    for path in log_paths(follower.directory):
         j = TaskLogFile.open(path)
         if j is None or j.host != follower._host or j.alive():
             continue

@@ -27,11 +27,11 @@ import json
 import os
 import select
 import signal
+import stat
 import struct
 import sys
 import time
 import zlib
-from pathlib import Path
 
 TYPE_CHECKING = False  # not typing's (see roar_core.slotted)
 if TYPE_CHECKING:  # a producer never imports socket (see _ask); the server does
@@ -41,27 +41,27 @@ IDLE_EXIT_S = 900.0  # no request for this long: exit (the next producer starts 
 ANSWER_S = 5.0  # a producer waits this long for the server's answer, then starts its own
 _REQUEST_MAX = 1 << 20
 
-_socket_path: Path | None = None
+_socket_path: str | None = None
 
 
-def socket_path() -> Path | None:
+def socket_path() -> str | None:
     """This installation's server socket (None: no private runtime directory here)."""
     global _socket_path
     if _socket_path is None:
         # Not $TMPDIR: tools (and tests) point it at short-lived directories, and a server
         # there would be one per directory.
-        base = Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp")
-        d = base / f"roar-{os.getuid()}"
+        base = os.environ.get("XDG_RUNTIME_DIR") or "/tmp"
+        d = os.path.join(base, f"roar-{os.getuid()}")
         try:
-            d.mkdir(mode=0o700, exist_ok=True)
-            d = d.resolve()
-            st = d.stat()
+            os.makedirs(d, mode=0o700, exist_ok=True)
+            d = os.path.realpath(d)
+            st = os.stat(d)
         except OSError:
             return None
         # Another user's directory, or one others can write: a socket there could be theirs.
-        if st.st_uid != os.getuid() or st.st_mode & 0o077 or not d.is_dir():
+        if st.st_uid != os.getuid() or st.st_mode & 0o077 or not stat.S_ISDIR(st.st_mode):
             return None
-        _socket_path = d / f"fork-{_code_key()}.sock"
+        _socket_path = os.path.join(d, f"fork-{_code_key()}.sock")
     return _socket_path
 
 
@@ -78,8 +78,10 @@ def _code_key() -> str:
             pass
     parts = [os.path.realpath(sys.executable), sys.prefix, pythonpath,
              os.environ.get("PYTHONHOME", ""), sys.version, _cgroup(), _namespaces()]
-    top = Path(roar_core.__file__).parent
-    for d in (top, *(p for p in top.iterdir() if p.is_dir() and not p.name.startswith("_"))):
+    top = os.path.dirname(roar_core.__file__)
+    with os.scandir(top) as entries:
+        subs = [e.path for e in entries if e.is_dir() and not e.name.startswith("_")]
+    for d in (top, *sorted(subs)):
         for entry in os.scandir(d):
             if entry.name.endswith(".py"):
                 st = entry.stat()
@@ -115,7 +117,7 @@ def _namespaces() -> str:
     return " ".join(out)
 
 
-def start(directory: Path, env: dict[str, str]) -> bool:
+def start(directory: str | os.PathLike, env: dict[str, str]) -> bool:
     """Have the server fork `directory`'s recorder with the environment `env`, starting
     the server if none runs.  False: no server can be used here (the caller starts the
     recorder itself)."""
@@ -136,7 +138,7 @@ def _umask() -> int:
     return mask
 
 
-def _ask(path: Path, request: bytes) -> bool:
+def _ask(path: str, request: bytes) -> bool:
     # _socket's: the socket module's own import (its enums) cost every `roar-core run` ~2 ms.
     import _socket
 
@@ -146,7 +148,7 @@ def _ask(path: Path, request: bytes) -> bool:
         return False
     try:
         s.settimeout(ANSWER_S)
-        s.connect(os.fspath(path))
+        s.connect(path)
         s.sendall(struct.pack("!I", len(request)) + request)
         return s.recv(16).startswith(b"ok")
     except OSError:
@@ -155,11 +157,16 @@ def _ask(path: Path, request: bytes) -> bool:
         s.close()
 
 
-def _spawn_server(path: Path, directory: Path, env: dict[str, str]) -> None:
+def _spawn_server(path: str, directory: str | os.PathLike, env: dict[str, str]) -> None:
     from roar_core.recording.recorder import start_detached
 
-    start_detached("roar_core.recording.forkserver", [str(path), str(directory)],
-                   path.with_suffix(".log"), env)
+    start_detached("roar_core.recording.forkserver", [path, os.fspath(directory)],
+                   _beside(path, ".log"), env)
+
+
+def _beside(socket: str, suffix: str) -> str:
+    """The server's log or lock: the socket's name with another suffix."""
+    return os.path.splitext(socket)[0] + suffix
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,12 +197,12 @@ def _warm() -> None:
 
         emission.provenance_facets()  # the machine and package set, taken once here
         with tempfile.TemporaryDirectory(prefix="roar-warm-") as d:
-            _rehearse(Path(d))
+            _rehearse(d)
     except Exception as exc:  # noqa: BLE001 - a warm-up: its children only do more work
         print(f"roar: fork server warm-up: {type(exc).__name__}: {exc}", file=sys.stderr)
 
 
-def _rehearse(d: Path) -> None:
+def _rehearse(d: str) -> None:
     """Record a write and a read of one file into a throwaway store, and serialize an
     event: what a recorder first does once per process -- SQLAlchemy's mapper set-up and
     the memos on our prebuilt statements, roar's bulk-insert plans, the client's event
@@ -211,26 +218,27 @@ def _rehearse(d: Path) -> None:
 
     now = datetime.now(timezone.utc)
     digest = "0" * 64
-    store = Store.open(home=d / "home")
+    store = Store.open(home=os.path.join(d, "home"))
+    f = os.path.join(d, "f")
     try:
         for n, role in ((1, "output"), (2, "input")):
             run_id = f"00000000-0000-7000-8000-{n:012d}"
             store.finish_task_run(
-                run_id, "COMPLETE", now, 0, accesses=[Access(str(d / "f"), role, digest, 1, 1)],
+                run_id, "COMPLETE", now, 0, accesses=[Access(f, role, digest, 1, 1)],
                 started=TaskRun(run_id=run_id, engine="warm", namespace="warm",
                                 job_name="warm", started_at=now))
     finally:
         store.close()
-    data = emission.Dataset(*emission.file_dataset(str(d / "f"), None), digest=digest, size=1)
+    data = emission.Dataset(*emission.file_dataset(f, None), digest=digest, size=1)
     event = emission.complete_event(emission.TaskLineage(
         namespace="warm", job_name="warm", run_id=run_id, inputs=[data], outputs=[data]))
     Serde.to_json(delivery.rebuild_event(event))
 
 
-def serve(path: Path, first: Path) -> int:
+def serve(path: str, first: str) -> int:
     import fcntl
 
-    lock = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    lock = os.open(_beside(path, ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -291,10 +299,10 @@ def serve(path: Path, first: Path) -> int:
     while True:
         if time.monotonic() - last >= IDLE_EXIT_S:
             # Our files go with us (a server per code version would leave three each).
-            for p in (path, path.with_suffix(".log"), path.with_suffix(".lock")):
+            for p in (path, _beside(path, ".log"), _beside(path, ".lock")):
                 try:
-                    if p.suffix != ".log" or not p.stat().st_size:
-                        p.unlink()
+                    if not p.endswith(".log") or not os.stat(p).st_size:
+                        os.unlink(p)
                 except OSError:
                     pass
             return 0
@@ -324,7 +332,7 @@ def serve(path: Path, first: Path) -> int:
         last = time.monotonic()
 
 
-def _record(directory: Path, cwd: str | None = None) -> int:
+def _record(directory: str, cwd: str | None = None) -> int:
     """No serving after all: this process is the directory's recorder (in `cwd`, as a
     forked one would be, where it still exists)."""
     from roar_core.recording import recorder
@@ -336,10 +344,10 @@ def _record(directory: Path, cwd: str | None = None) -> int:
             pass
 
     _title("roar_core.recording.recorder", directory)
-    return recorder.main([os.fspath(directory)])
+    return recorder.main([directory])
 
 
-def _listen(path: Path) -> socket.socket:
+def _listen(path: str) -> socket.socket:
     import socket
 
     try:
@@ -348,7 +356,7 @@ def _listen(path: Path) -> socket.socket:
         pass
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
-        listener.bind(os.fspath(path))
+        listener.bind(path)
         listener.listen(64)
     except OSError:
         listener.close()
@@ -399,7 +407,7 @@ def _fork(listener: socket.socket, request: dict, conn: socket.socket | None = N
             conn.close()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.setsid()
-        directory = Path(request["dir"])
+        directory = request["dir"]
         os.umask(int(request["umask"]))
         try:
             os.chdir(request["cwd"])
@@ -414,10 +422,11 @@ def _fork(listener: socket.socket, request: dict, conn: socket.socket | None = N
         os.close(fd)
         from roar_core.recording import recorder
 
-        fd = os.open(directory / recorder.LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(os.path.join(directory, recorder.LOG),
+                     os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         os.dup2(fd, 2)
         os.close(fd)
-        code = recorder.main([os.fspath(directory)])
+        code = recorder.main([directory])
     except BaseException:  # noqa: BLE001 - a child never returns into the server's loop
         import traceback
 
@@ -430,15 +439,15 @@ def _fork(listener: socket.socket, request: dict, conn: socket.socket | None = N
             os._exit(code or 0)
 
 
-def _title(module: str, arg: Path) -> None:
+def _title(module: str, arg: str) -> None:
     """The command line `python -m module arg` (what `ps` shows, and how tools find a
     directory's recorder, forked or not)."""
     try:
         import setproctitle
     except ImportError:
         return
-    setproctitle.setproctitle(f"{sys.executable} -m {module} {os.fspath(arg)}")
+    setproctitle.setproctitle(f"{sys.executable} -m {module} {arg}")
 
 
 if __name__ == "__main__":
-    sys.exit(serve(Path(sys.argv[1]), Path(sys.argv[2])))
+    sys.exit(serve(sys.argv[1], sys.argv[2]))

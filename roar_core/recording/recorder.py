@@ -23,7 +23,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 from roar_core.recording import tasklog
 from roar_core.recording.sessions import lock_held, no_wakeup_preemption, yield_cpu
@@ -32,6 +31,8 @@ TYPE_CHECKING = False  # not typing's (see roar_core.slotted)
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
+
+    Dir = str | os.PathLike[str]
 
 LOCK = "recorder.lock"
 SETTINGS = "recorder.json"
@@ -59,11 +60,11 @@ SWITCH_S = 0.0005  # the recorder's threads' GIL switch interval (sys.setswitchi
 _SPAWN_LOCK = threading.Lock()
 
 
-def running(directory: Path) -> bool:
-    return lock_held(directory / LOCK)
+def running(directory: Dir) -> bool:
+    return lock_held(os.path.join(directory, LOCK))
 
 
-def write_settings(directory: Path, cfg, internal: list[str] | tuple[str, ...] = (),
+def write_settings(directory: Dir, cfg, internal: list[str] | tuple[str, ...] = (),
                    order: str | None = None, idle_exit_s: float = IDLE_EXIT_S,
                    waited: bool = False, replace: bool = False) -> None:
     """What the directory's recorder records with, unless a producer said it first: the
@@ -76,22 +77,24 @@ def write_settings(directory: Path, cfg, internal: list[str] | tuple[str, ...] =
     up at its next pass."""
     from roar_core import config
 
-    path = directory / SETTINGS
-    if path.exists() and not replace:
+    path = os.path.join(directory, SETTINGS)
+    if not replace and os.path.exists(path):
         return
-    data = {"root": str(cfg.project_root), "config": config.values(cfg),
+    data = {"root": cfg.project_root, "config": config.values(cfg),
             "internal": [os.fspath(p) for p in internal], "order": order,
             "idle_exit_s": idle_exit_s, "waited": waited}
     text = json.dumps(data)
     if replace:
         try:
-            if path.read_text() == text:
-                return
+            with open(path, "rb") as f:
+                if f.read() == text.encode():
+                    return
         except (OSError, UnicodeError):
             pass
-    tmp = directory / f".{SETTINGS}.{os.getpid()}.{threading.get_ident()}"
-    directory.mkdir(parents=True, exist_ok=True)  # only where settings are written
-    tmp.write_text(text)
+    tmp = os.path.join(directory, f".{SETTINGS}.{os.getpid()}.{threading.get_ident()}")
+    os.makedirs(directory, exist_ok=True)  # only where settings are written
+    with open(tmp, "w") as f:
+        f.write(text)
     try:
         if replace:
             os.replace(tmp, path)  # never half-written
@@ -101,16 +104,17 @@ def write_settings(directory: Path, cfg, internal: list[str] | tuple[str, ...] =
         pass
     finally:
         try:
-            tmp.unlink()
+            os.unlink(tmp)
         except FileNotFoundError:
             pass
 
 
-def read_settings(directory: Path) -> dict[str, Any]:
-    return json.loads((directory / SETTINGS).read_text())
+def read_settings(directory: Dir) -> dict[str, Any]:
+    with open(os.path.join(directory, SETTINGS), "rb") as f:
+        return json.loads(f.read())
 
 
-def ensure(directory: Path) -> None:
+def ensure(directory: Dir) -> None:
     """Start the directory's recorder unless one runs (a second one exits at once)."""
     if running(directory):
         return
@@ -127,7 +131,7 @@ def ensure(directory: Path) -> None:
         t.join()
 
 
-def _spawn(directory: Path) -> None:
+def _spawn(directory: Dir) -> None:
     from roar_core.pipeline import tracer
     from roar_core.recording import forkserver
 
@@ -137,10 +141,11 @@ def _spawn(directory: Path) -> None:
     env[tracer.ENV_TRACER_OFF] = "1"  # should the shim come back anyway, it records nothing
     if forkserver.start(directory, env):
         return  # forked, imports done, by the installation's warm server
-    start_detached("roar_core.recording.recorder", [str(directory)], directory / LOG, env)
+    start_detached("roar_core.recording.recorder", [os.fspath(directory)],
+                   os.path.join(directory, LOG), env)
 
 
-def start_detached(module: str, args: list[str], log: Path, env: dict[str, str]) -> None:
+def start_detached(module: str, args: list[str], log: str, env: dict[str, str]) -> None:
     """`python -m module args...` in the background, its stderr appended to `log`: through
     a shell that backgrounds it and exits, so that it is nobody's child, in a session of
     its own (an engine's clean-up of a dying worker's children leaves it alone).
@@ -162,7 +167,7 @@ def start_detached(module: str, args: list[str], log: Path, env: dict[str, str])
         if env.get("PYTHONPATH"):
             env["PYTHONPATH"] = absolute_pythonpath(env["PYTHONPATH"], cwd)
     safe = ["-P"] if sys.version_info >= (3, 11) else []
-    subprocess.run(["/bin/sh", "-c", script, str(log), sys.executable, *safe, "-m", module,
+    subprocess.run(["/bin/sh", "-c", script, log, sys.executable, *safe, "-m", module,
                     *args], env=env, cwd="/", stdin=subprocess.DEVNULL, start_new_session=True,
                    check=False)
 
@@ -184,21 +189,22 @@ def enter_start_dir() -> None:
             pass
 
 
-def status_time(directory: Path) -> float:
+def status_time(directory: Dir) -> float:
     """When the recorder's last pass that recorded all it found began (0: none yet)."""
     try:
-        return float((directory / STATUS).read_text())
+        with open(os.path.join(directory, STATUS), "rb") as f:
+            return float(f.read())
     except (OSError, ValueError):
         return 0.0
 
 
-def wait_recorded(directories: Sequence[Path], deadline: float) -> list[Path]:
+def wait_recorded(directories: Sequence[Dir], deadline: float) -> list[Dir]:
     """Wait until everything the producers in each directory logged so far is recorded: a
     recorder pass there that began after now has completed (a pass records all it reads).
     The directories waited on together; returns those not caught up by the deadline."""
     since = time.time()
     for directory in directories:
-        tasklog.poke(directory / tasklog.WAKE)
+        tasklog.poke(os.path.join(directory, tasklog.WAKE))
     left = list(directories)
     while True:
         left = [d for d in left if status_time(d) <= since and tasklog.log_paths(d)]
@@ -207,10 +213,10 @@ def wait_recorded(directories: Sequence[Path], deadline: float) -> list[Path]:
         time.sleep(0.01)
 
 
-def wait_gone(directory: Path, deadline: float, exited: bool = False) -> bool:
+def wait_gone(directory: Dir, deadline: float, exited: bool = False) -> bool:
     """Wait until the recorder has recorded what the dead producers left and exited
     (`exited`: and its last events are sent: it has exited)."""
-    tasklog.poke(directory / tasklog.WAKE)
+    tasklog.poke(os.path.join(directory, tasklog.WAKE))
     while time.monotonic() < deadline:
         if not running(directory) or not (exited or tasklog.log_paths(directory)):
             return True
@@ -218,17 +224,17 @@ def wait_gone(directory: Path, deadline: float, exited: bool = False) -> bool:
     return False
 
 
-def open_roar(directory: Path, settings: dict[str, Any] | None = None, send: bool = False):
+def open_roar(directory: Dir, settings: dict[str, Any] | None = None, send: bool = False):
     """The Roar a recorder of `directory` records with (also a producer's last resort)."""
     from roar_core import config
     from roar_core.api import Roar
 
     settings = settings or read_settings(directory)
-    cfg = config.load(cwd=Path(settings["root"]), env={}, **settings["config"])
+    cfg = config.load(cwd=settings["root"], env={}, **settings["config"])
     return Roar(cfg, internal=settings.get("internal") or (), send=send)
 
 
-def record_here(directory: Path, lifetime_status: str = "ABORT") -> int:
+def record_here(directory: Dir, lifetime_status: str = "ABORT") -> int:
     """A producer's last resort, with no recorder possible: record, in this process, what
     the producers of `directory` left (with the directory's settings).  Waits for a
     recorder that holds the directory to exit; returns how many tasks."""
@@ -239,7 +245,7 @@ def record_here(directory: Path, lifetime_status: str = "ABORT") -> int:
         roar.close(timeout=0)
 
 
-def drain(roar, directory: Path, *, blocking: bool = False, lifetime_status: str = "ABORT",
+def drain(roar, directory: Dir, *, blocking: bool = False, lifetime_status: str = "ABORT",
           given: dict | None = None) -> int | None:
     """Record in this process, with `roar`, every task of `directory` that has ended (and
     what dead producers left): a reader that needs all recorded now, or a producer that
@@ -249,7 +255,8 @@ def drain(roar, directory: Path, *, blocking: bool = False, lifetime_status: str
     from roar_core.recording.follower import Follower
 
     try:
-        lock = os.open(directory / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        lock = os.open(os.path.join(directory, LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+                       0o644)
     except FileNotFoundError:
         return 0  # no directory: nothing to record
     try:
@@ -270,8 +277,8 @@ def drain(roar, directory: Path, *, blocking: bool = False, lifetime_status: str
 
 def main(argv: list[str]) -> int:
     enter_start_dir()
-    directory = Path(argv[0])
-    lock = os.open(directory / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    directory = argv[0]
+    lock = os.open(os.path.join(directory, LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -293,16 +300,16 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
     # It sends the events itself, between passes (Spool.send_some): no sender thread.
     roar = open_roar(directory, settings)
-    ending = directory / ENDING
+    ending = os.path.join(directory, ENDING)
     # The workflow run's recorders on other nodes: a consumer's events after its producer's.
-    order = (CausalOrder(roar.store, settings["order"], directory.name)
+    order = (CausalOrder(roar.store, settings["order"], os.path.basename(directory))
              if settings.get("order") else None)
     follower = Follower(roar, directory, lifetime_status=lambda: (
-        "COMPLETE" if ending.exists() else "ABORT"), sync_every=SYNC_S, order=order,
+        "COMPLETE" if os.path.exists(ending) else "ABORT"), sync_every=SYNC_S, order=order,
         # Where a producer waits for each task's end, the START goes in while the task
         # runs, not on the task's path with its end.
         hold_start_s=0.0 if settings.get("waited") else HOLD_START_S)
-    wake = tasklog._mkfifo(directory / tasklog.WAKE)
+    wake = tasklog._mkfifo(os.path.join(directory, tasklog.WAKE))
     freeze_heap()
     # The store's helper thread writes a big task's rows while this one goes on (its
     # accesses, its events): with the default 5 ms between forced GIL switches, it began
@@ -312,20 +319,22 @@ def main(argv: list[str]) -> int:
     idle_since = time.monotonic()
     # Rewritten in place, padded to one length, never renamed over: a new entry in the
     # directory would make every Ray worker there list it again for its next task.
-    status = os.open(directory / STATUS, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    status = os.open(os.path.join(directory, STATUS), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC,
+                     0o644)
     next_send = next_mark = 0.0
     total = 0
     idle_exit_s = float(settings.get("idle_exit_s") or IDLE_EXIT_S)
-    settings_id = _file_id(directory / SETTINGS)
+    settings_path = os.path.join(directory, SETTINGS)
+    settings_id = _file_id(settings_path)
     try:
         while True:
             hinted = tasklog.drain_fifo(wake)
-            if _file_id(directory / SETTINGS) != settings_id:
+            if _file_id(settings_path) != settings_id:
                 # A producer changed the settings (the CLI's, its configuration): what
                 # ended from now on is recorded with them.
                 follower.sync()
                 roar.close(timeout=0)
-                settings_id = _file_id(directory / SETTINGS)
+                settings_id = _file_id(settings_path)
                 roar = follower.roar = open_roar(directory)
                 follower.forget_rows()
             began = time.time()
@@ -347,10 +356,10 @@ def main(argv: list[str]) -> int:
                 # fixed costs, which passes of one or two tasks each paid per task.
                 select.select([wake], [], [], max(0.0, began + BUSY_PASS_S - time.time()))
                 continue
-            if not directory.is_dir():
+            if not os.path.isdir(directory):
                 return 0  # the session was removed: nothing of it is left to record
             if not follower.pending():  # (logs of tasks that failed wait for the next one)
-                if ending.exists() or time.monotonic() - idle_since > idle_exit_s:
+                if os.path.exists(ending) or time.monotonic() - idle_since > idle_exit_s:
                     return 0
             else:
                 idle_since = time.monotonic()
@@ -380,7 +389,7 @@ def main(argv: list[str]) -> int:
             ensure(directory)
 
 
-def _file_id(path: Path) -> tuple[int, int] | None:
+def _file_id(path: str) -> tuple[int, int] | None:
     try:
         st = os.stat(path)
     except OSError:
@@ -388,10 +397,10 @@ def _file_id(path: Path) -> tuple[int, int] | None:
     return st.st_ino, st.st_mtime_ns
 
 
-def _left_over(directory: Path) -> bool:
+def _left_over(directory: Dir) -> bool:
     """Work in `directory` for a recorder: a task not recorded that no recorder has
     failed on yet, or a live producer."""
-    live: list[Path] = []
+    live: list[str] = []
     return any(t.error is None for t in tasklog.outstanding(directory, live)) or bool(live)
 
 

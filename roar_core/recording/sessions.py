@@ -17,9 +17,8 @@ import threading
 import time
 from collections import defaultdict, namedtuple
 from collections.abc import Callable
-from pathlib import Path
 
-from roar_core.config import Config
+from roar_core.config import Config, clean_path
 from roar_core.pipeline import tracelog, tracer
 from roar_core.pipeline.attribution import Context, TaskEvents, attribute
 
@@ -29,7 +28,7 @@ if TYPE_CHECKING:
 
 
 def new_session_dir(config: Config, name: str | None = None, *,
-                    in_memory: bool = False) -> Path:
+                    in_memory: bool = False) -> str:
     """A session directory under the roar home; `in_memory`: for a session that lives only
     as long as the process that makes it, in `memory_sessions_dir()` where there is one
     (where sessions left by processes that died are swept away first)."""
@@ -37,8 +36,8 @@ def new_session_dir(config: Config, name: str | None = None, *,
     if memory is not None:
         sweep_stale_sessions(memory)
     base = memory or config.sessions_dir
-    d = base / (name or os.urandom(16).hex())
-    d.mkdir(parents=True, exist_ok=True)
+    d = os.path.join(base, name or os.urandom(16).hex())
+    os.makedirs(d, exist_ok=True)
     return d
 
 
@@ -53,7 +52,7 @@ OWNER_LOCK = "owner.lock"
 SPARE_PREFIX = "unrecorded-"
 
 
-def sweep_stale_sessions(base: Path, now: float | None = None) -> list[Path]:
+def sweep_stale_sessions(base: str | os.PathLike, now: float | None = None) -> list[str]:
     """Remove the sessions under `base` that the processes which used them left behind
     when they died (a killed engine or worker): RAM, on tmpfs, until the next reboot."""
     now = time.time() if now is None else now
@@ -69,23 +68,23 @@ def sweep_stale_sessions(base: Path, now: float | None = None) -> list[Path]:
             if not entry.is_dir(follow_symlinks=False) or \
                     now - entry.stat(follow_symlinks=False).st_mtime < STALE_AFTER_S:
                 continue
-            if _in_use(Path(entry.path)):
+            if _in_use(entry.path):
                 continue
-            if _unrecorded(Path(entry.path)):
+            if _unrecorded(entry.path):
                 continue
         except OSError:
             continue
-        remove_session_dir(Path(entry.path))
-        removed.append(Path(entry.path))
+        remove_session_dir(entry.path)
+        removed.append(entry.path)
     return removed
 
 
-def _unrecorded(d: Path) -> bool:
+def _unrecorded(d: str) -> bool:
     """Task logs are left here that no recorder follows (their producer and its recorder
     were killed): start one to record them, and keep the session until it has."""
     from roar_core.recording import recorder, tasklog
 
-    if not tasklog.log_paths(d) or not (d / recorder.SETTINGS).exists():
+    if not tasklog.log_paths(d) or not os.path.exists(os.path.join(d, recorder.SETTINGS)):
         return False
     try:
         recorder.ensure(d)
@@ -94,14 +93,14 @@ def _unrecorded(d: Path) -> bool:
     return True
 
 
-def _in_use(d: Path, depth: int = 2) -> bool:
+def _in_use(d: str, depth: int = 2) -> bool:
     """A live process logs here, or someone holds a lock here (depth: an engine keeps each
     task's session one level down)."""
     locks = []
     for entry in os.scandir(d):
         name = entry.name
         if entry.is_dir(follow_symlinks=False):
-            if depth > 1 and _in_use(Path(entry.path), depth - 1):
+            if depth > 1 and _in_use(entry.path, depth - 1):
                 return True
         elif name.endswith(".lock"):
             locks.append(entry.path)
@@ -131,15 +130,15 @@ def lock_held(path: str | os.PathLike) -> bool:
     return False
 
 
-def hold_owner_lock(d: Path) -> int:
+def hold_owner_lock(d: str | os.PathLike) -> int:
     """Mark `d` in use for as long as the calling process lives (or until the returned
     descriptor is closed): sweep_stale_sessions leaves it alone."""
-    fd = os.open(d / OWNER_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = os.open(os.path.join(d, OWNER_LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
     return fd
 
 
-def memory_sessions_dir() -> Path | None:
+def memory_sessions_dir() -> str | None:
     """A RAM-backed directory of this user's for sessions that live only as long as the
     process that made them, or None where there is none.
 
@@ -165,11 +164,11 @@ def memory_sessions_dir() -> Path | None:
         st = os.lstat(d)
         # /dev/shm is shared by every user: only a real directory of ours, closed to others.
         if stat.S_ISDIR(st.st_mode) and st.st_uid == uid and not st.st_mode & 0o077:
-            return Path(d)
+            return d
     return None
 
 
-def remove_session_dir(d: Path) -> None:
+def remove_session_dir(d: str | os.PathLike) -> None:
     import shutil  # with its compressors ~1.5 ms: not on `roar-core run true`'s path
 
     shutil.rmtree(d, ignore_errors=True)
@@ -247,7 +246,7 @@ class SessionCollector:
     """Incremental reader of a session's logs.  Logs of processes still running are read
     up to their last committed record; the rest is picked up by the next collect()."""
 
-    def __init__(self, directory: Path, root_pid: int | None = None,
+    def __init__(self, directory: str | os.PathLike, root_pid: int | None = None,
                  since_mono_ns: int | None = None,
                  listing: tracelog.LogListing | None = None):
         """`root_pid`: read only the logs of that process and its descendants (a worker
@@ -259,35 +258,36 @@ class SessionCollector:
         the collectors of one directory and made stale by their owner, instead of its own
         (each would otherwise list the directory, and read every other live process's
         header once)."""
-        self.directory = Path(directory)
+        # Spelled as pathlib would (the tracer's own log paths and the listing's agree).
+        self.directory = clean_path(os.fspath(directory))
         self._tree: set[int] | None = None if root_pid is None else {root_pid}
         self._root_pid = root_pid
         self._since = since_mono_ns
-        self._others: dict[Path, tracelog.LogHeader] = {}  # logs outside the tree so far
-        self._mine: set[Path] = set()
-        self._offsets: dict[Path, int] = {}
-        self._headers: dict[Path, tracelog.LogHeader] = {}
-        self._finished: set[Path] = set()  # read to the end after its process was gone
+        self._others: dict[str, tracelog.LogHeader] = {}  # logs outside the tree so far
+        self._mine: set[str] = set()
+        self._offsets: dict[str, int] = {}
+        self._headers: dict[str, tracelog.LogHeader] = {}
+        self._finished: set[str] = set()  # read to the end after its process was gone
         self._torn = 0  # records found half-written, over all reads (for take_all)
         # For take: the part of each log's header count already charged to tasks (the
         # count only grows; a log read again must not charge its old losses again).
-        self._charged: dict[Path, int] = {}
+        self._charged: dict[str, int] = {}
         self._pending: dict[str, list[tracelog.Record]] = defaultdict(list)
         self._dropped: dict[str, int] = defaultdict(int)
         self.errors: list[str] = []
         self._lock = threading.Lock()
         # With a root pid (a long-lived worker reading its tree once per task): the live
         # logs stay mapped, and the directory is listed again only when it changed.
-        self._live: dict[Path, tracelog.LiveLog] = {}
+        self._live: dict[str, tracelog.LiveLog] = {}
         # (the directory's mtime, or the shared listing's version; the tree's logs)
-        self._listed: tuple[int, list[Path]] | None = None
+        self._listed: tuple[int, list[str]] | None = None
         self._shared = listing
         # What earlier reads said about processes and task windows: a task's system() or
         # popen() child whose log is read in a later batch than its parent's task_begin
         # is still that task's.
         self._context = Context()
 
-    def _tree_logs(self) -> list[Path]:
+    def _tree_logs(self) -> list[str]:
         """Our tree's logs.  A new log is a new directory entry, which changes the
         directory's mtime; a listing is reused while that mtime is unchanged and older
         than a file system's timestamp tick (a file created within the tick of the
@@ -309,7 +309,7 @@ class SessionCollector:
                 tracelog.log_files(self.directory, self._since, self._root_pid)))
         return listed[1]
 
-    def _read(self, path: Path, start: int,
+    def _read(self, path: str, start: int,
               final: bool | Callable[[tracelog.LogHeader], bool]) -> tracelog.TraceLog:
         live = self._live.pop(path, None) if final else self._live.get(path)
         if final or self._tree is None:
@@ -327,7 +327,7 @@ class SessionCollector:
                 live.close()
             self._live.clear()
 
-    def _shared_tree(self, shared: tracelog.LogListing) -> list[Path]:
+    def _shared_tree(self, shared: tracelog.LogListing) -> list[str]:
         """Our tree's logs in a shared listing, in its order: from each process of the
         tree, its own logs and its children's (`_in_tree`'s rule, by the listing's index:
         a collector among hundreds reads only its own few)."""
@@ -346,7 +346,7 @@ class SessionCollector:
                     todo.append(head.pid)
         return sorted((p for p in mine if shared.key(p) is not None), key=shared.key)
 
-    def _in_tree(self, paths: list[Path]) -> list[Path]:
+    def _in_tree(self, paths: list[str]) -> list[str]:
         """The logs of processes in our tree.  A log is ours when its process or its parent
         is; a parent's log may appear after its child's (a forked process creates its log
         at its first record), so logs not ours yet are kept and looked at again."""
@@ -431,11 +431,11 @@ class SessionCollector:
         not re-read from the start for each of its tasks); `dropped`: its header's count
         of lost events then, lost before the task."""
         with self._lock:
-            p = Path(path)
+            p = clean_path(os.fspath(path))
             self._offsets[p] = max(self._offsets.get(p, 0), offset)
             self._charged[p] = max(self._charged.get(p, 0), dropped)
 
-    def owned(self) -> list[Path]:
+    def owned(self) -> list[str]:
         """With a root pid: the logs of its tree found so far."""
         return sorted(self._mine)
 
@@ -555,8 +555,8 @@ def _wait_forwarding(proc: subprocess.Popen, soon: Callable[[], None] | None = N
     return proc.returncode
 
 
-def run_traced(argv: list[str], session_dir: Path | None, tag: str | None,
-               cwd: Path | None = None, *, tail: SessionCollector | None = None,
+def run_traced(argv: list[str], session_dir: str | os.PathLike | None, tag: str | None,
+               cwd: str | os.PathLike | None = None, *, tail: SessionCollector | None = None,
                running: WhileRunning | None = None) -> int:
     """Run argv (traced when session_dir is given) and return its status the way
     subprocess does: >= 0 exit code, < 0 the signal that killed it.  `tail`: a collector

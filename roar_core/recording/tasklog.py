@@ -42,7 +42,6 @@ import stat
 import threading
 import time
 from collections import namedtuple
-from pathlib import Path
 
 from roar_core.ids import host_name
 from roar_core.lazylog import LazyLogger
@@ -109,7 +108,7 @@ def trace_mark() -> tuple[str, int] | None:
     from roar_core.pipeline import tracelog
 
     try:
-        return str(path), tracelog.read_header(path).reserved
+        return path, tracelog.read_header(path).reserved
     except tracelog.TraceLogError:
         return None
 
@@ -269,16 +268,17 @@ def end_entry(run_id: str, status: str, *, error: str | None = None,
     return entry
 
 
-def write_gone(directory: Path, name: str, pid: int, host: str, meta: dict[str, Any],
+def write_gone(directory: str | os.PathLike, name: str, pid: int, host: str, meta: dict[str, Any],
                own_dir: str, end: dict[str, Any] | None) -> None:
     """The whole task log of one task whose producer is gone (a run an older roar-core
     left): written under a hidden name, then renamed, so a recorder sees all of it or
     nothing.  Start time -1: the producer is dead, whatever process has its pid now."""
     lines = [{"v": VERSION, "pid": pid, "start": -1, "host": host, "common": {}},
              {"b": meta, "d": own_dir}] + ([end] if end is not None else [])
-    tmp = directory / f".{PREFIX}{name}{SUFFIX}"
-    tmp.write_bytes(b"".join(_line(x) for x in lines))
-    os.replace(tmp, directory / f"{PREFIX}{name}{SUFFIX}")
+    tmp = os.path.join(directory, f".{PREFIX}{name}{SUFFIX}")
+    with open(tmp, "wb") as f:
+        f.write(b"".join(_line(x) for x in lines))
+    os.replace(tmp, os.path.join(directory, f"{PREFIX}{name}{SUFFIX}"))
 
 
 def _mkfifo(path: str | os.PathLike) -> int:
@@ -333,10 +333,9 @@ class TaskLog:
         `results`: the recorder marks every task with what it recorded (`Result`), not
         only those waited for.  `warn=False`: a line that cannot be written is not
         logged (the caller checks `ok` and says what it does about it)."""
-        self.directory = directory if isinstance(directory, Path) else Path(directory)
         # Paths as strings: in a task process just forked (Airflow's), pathlib's joins
         # first touched ~30 pages of the parent's memory, ~0.1 ms of the task's begin.
-        self._dir = os.fspath(directory)
+        self.directory = self._dir = os.fspath(directory)
         self.pid = os.getpid()
         # Which process wrote the log, for a recorder that finds its pid taken by another:
         # the time now, not the process's start time from /proc, whose read stalled for
@@ -378,8 +377,8 @@ class TaskLog:
         return not self._lost
 
     @property
-    def path(self) -> Path:
-        return Path(self._path)
+    def path(self) -> str:
+        return self._path
 
     def _write(self, entry: dict) -> None:
         line = _line(entry)
@@ -619,7 +618,7 @@ class TaskLogFile(Slotted):
     __slots__ = ("path", "pid", "start", "boot", "host", "entries", "common", "workflows",
                  "closed", "close_waited", "results", "mono", "_offset")
 
-    def __init__(self, path: Path, pid: int, start: int, host: str, *,
+    def __init__(self, path: str, pid: int, start: int, host: str, *,
                  common: dict[str, Any] | None = None, results: bool = False,
                  mono: int | None = None, boot: int | None = None) -> None:
         self.path = path
@@ -639,12 +638,12 @@ class TaskLogFile(Slotted):
 
     @property
     def name(self) -> str:
-        return self.path.name[:-len(SUFFIX)]
+        return os.path.basename(self.path)[:-len(SUFFIX)]
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> TaskLogFile | None:
         """None while the header line is not complete (or not a task log)."""
-        path = Path(path)
+        path = os.fspath(path)
         try:
             with open(path, "rb") as f:
                 first = f.readline()
@@ -795,7 +794,7 @@ def _dataset(x: dict[str, Any]):
     return Dataset(**x)
 
 
-def log_paths(directory: str | os.PathLike) -> list[Path]:
+def log_paths(directory: str | os.PathLike) -> list[str]:
     # scandir and a prefix test, not glob: a worker's session holds a tracer log for every
     # process it ever forked, each of which glob would match against the pattern.
     try:
@@ -804,7 +803,7 @@ def log_paths(directory: str | os.PathLike) -> list[Path]:
                      if e.name.startswith(PREFIX) and e.name.endswith(SUFFIX)]
     except OSError:  # gone: no logs
         return []
-    return [Path(directory, n) for n in sorted(names)]
+    return [os.path.join(directory, n) for n in sorted(names)]
 
 
 def task_logs(directory: str | os.PathLike) -> list[TaskLogFile]:
@@ -825,7 +824,7 @@ class Outstanding(Slotted):
         self.error = error  # why the recorder's last attempt failed
 
 
-def outstanding(directory: str | os.PathLike, live: list[Path] | None = None
+def outstanding(directory: str | os.PathLike, live: list[str] | None = None
                 ) -> list[Outstanding]:
     """The tasks of the directory's logs (of this host) that are not recorded.  `live`:
     given a list, the logs whose producers are alive and have not closed them are added
@@ -834,7 +833,8 @@ def outstanding(directory: str | os.PathLike, live: list[Path] | None = None
     out = []
     for path in log_paths(directory):
         try:
-            lines = path.read_bytes().splitlines()
+            with open(path, "rb") as f:
+                lines = f.read().splitlines()
             head = json.loads(lines[0])
             if head["host"] != host:
                 continue

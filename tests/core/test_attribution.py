@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -84,11 +85,12 @@ def test_a_collector_places_a_system_child_read_in_a_later_batch(tmp_path):
     session = tmp_path / "s"
     aside = tmp_path / "aside"
     aside.mkdir()
-    parents = {log.path.name for log in trace.logs
+    parents = {os.path.basename(log.path) for log in trace.logs
                if any(r.op_name == "task_begin" for r in log.records)}
     for log in trace.logs:
-        if log.path.name not in parents:
-            log.path.rename(aside / log.path.name)
+        name = os.path.basename(log.path)
+        if name not in parents:
+            os.rename(log.path, aside / name)
     collector = SessionCollector(session)
     collector.collect(settle=True)  # the parent's log alone
     for moved in aside.iterdir():

@@ -748,7 +748,7 @@ def test_runs_an_older_roar_core_left_pending_are_recorded_after_an_upgrade(
     cli = make_cli(tmp_path)
     cfg = config.load(cwd=cli.cwd, env=cli.env)
     (cli.cwd / "in.txt").write_text("old\n")
-    session = cfg.sessions_dir / "run-0123456789abcdef"
+    session = Path(cfg.sessions_dir) / "run-0123456789abcdef"
     session.mkdir(parents=True)
     run_id = "0190c000-0000-7000-8000-000000000001"
     argv = ["cp", "in.txt", "out.txt"]

@@ -15,7 +15,7 @@ def write(p: Path, text: str) -> Path:
 
 def test_defaults_put_home_under_the_project(tmp_path):
     cfg = load(cwd=tmp_path, env={})
-    assert cfg.home == tmp_path / ".roar-core" and cfg.database_url is None
+    assert cfg.home == str(tmp_path / ".roar-core") and cfg.database_url is None
     assert cfg.namespace == "roar" and cfg.emit and not cfg.disabled
 
 
@@ -26,7 +26,7 @@ def test_precedence_pyproject_then_local_then_env_then_arguments(tmp_path):
     sub = tmp_path / "a" / "b"
     sub.mkdir(parents=True)
     cfg = load(cwd=sub, env={})
-    assert cfg.project_root == tmp_path  # found from a subdirectory
+    assert cfg.project_root == str(tmp_path)  # found from a subdirectory
     assert cfg.namespace == "from-local" and cfg.exclude == ("*.log",) and cfg.hash_workers == 2
     cfg = load(cwd=sub, env={"ROAR_NAMESPACE": "from-env", "ROAR_EMIT": "false"})
     assert cfg.namespace == "from-env" and cfg.emit is False
@@ -36,8 +36,21 @@ def test_precedence_pyproject_then_local_then_env_then_arguments(tmp_path):
 
 def test_roar_home_env_and_relative_home(tmp_path):
     write(tmp_path / ".roar-core" / "config.toml", 'home = "state"\n')
-    assert load(cwd=tmp_path, env={}).home == tmp_path / "state"
-    assert load(cwd=tmp_path, env={"ROAR_HOME": str(tmp_path / "x")}).home == tmp_path / "x"
+    assert load(cwd=tmp_path, env={}).home == str(tmp_path / "state")
+    assert load(cwd=tmp_path, env={"ROAR_HOME": str(tmp_path / "x")}).home == str(tmp_path / "x")
+
+
+def test_a_home_is_spelled_one_way_however_it_is_written(tmp_path, monkeypatch):
+    """Paths are strings (no pathlib on `roar-core run`'s path), spelled as pathlib would:
+    the runner tells the home's runs from the spare directory's by comparing them."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    want = str(tmp_path / "x" / "y")
+    for spelled in (f"{tmp_path}//x/./y/", "~/x/y", f"{tmp_path}/./x//y"):
+        cfg = load(cwd=tmp_path, env={"ROAR_HOME": spelled})
+        assert cfg.home == want, spelled
+        assert cfg.sessions_dir == want + "/sessions" and cfg.spool_dir == want + "/spool"
+    assert load(cwd=tmp_path, env={}, home=Path("rel/./h/")).home == str(tmp_path / "rel" / "h")
+    assert load(cwd=tmp_path, env={"ROAR_HOME": "a/../b"}).home == str(tmp_path / "a/../b")
 
 
 @pytest.mark.parametrize(

@@ -194,7 +194,7 @@ def test_a_dead_servers_socket_is_taken_over(tmp_path: Path, runtime: Path,
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
     monkeypatch.setattr(forkserver, "_socket_path", None)
     path = forkserver.socket_path()  # (the CLI's: same interpreter, import path and code)
-    assert path is not None and path.parent == (runtime / f"roar-{os.getuid()}").resolve()
+    assert path is not None and Path(path).parent == (runtime / f"roar-{os.getuid()}").resolve()
     with socket.socket(socket.AF_UNIX) as s:
         s.bind(os.fspath(path))  # left behind, nobody listening: a dead server's
     pid = _run_and_catch_recorder(cli, "after")

@@ -54,7 +54,7 @@ def made(tmp_path_factory: pytest.TempPathFactory):
     assert run_traced(argv, session, "fuzzed", cwd=root) == 0
     logs = tracelog.read_session(session).logs
     # The first cat's log: it read in.txt (the shell's holds the redirections' opens).
-    victim = next(log.path.name for log in logs
+    victim = next(os.path.basename(log.path) for log in logs
                   if {r.path.rsplit(b"/", 1)[-1] for r in log.records} >= {b"in.txt"}
                   and not any(r.path.endswith(b"/c.txt") for r in log.records))
     return cfg, root, session, victim

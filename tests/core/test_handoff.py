@@ -121,13 +121,13 @@ def test_the_recorder_records_from_the_runners_read_not_the_logs_again(tmp_path:
     records the run as untraced: its program 'left no trace'.)"""
     _usable()
     cli = make_cli(tmp_path)
-    sessions = config.load(cwd=cli.cwd, env=cli.env).sessions_dir
+    sessions = Path(config.load(cwd=cli.cwd, env=cli.env).sessions_dir)
     sessions.mkdir(parents=True)
     lock = os.open(sessions / recorder.LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     fcntl.flock(lock, fcntl.LOCK_EX)  # the recorder `run` starts finds it held and leaves
     try:
         run_id = run(cli, "w", "printf data > out.txt")
-        (own,) = [d for d in memory_sessions_dir().iterdir() if d.name.startswith("run-")]
+        (own,) = [d for d in Path(memory_sessions_dir()).iterdir() if d.name.startswith("run-")]
         logs = [p for p in own.iterdir() if p.name.endswith(".log")]
         assert logs, "the command left no tracer log"
         for p in logs:
@@ -148,9 +148,9 @@ def test_a_runs_trace_is_in_memory_its_task_log_under_the_home(tmp_path: Path) -
     under the roar home; once recorded, neither is left."""
     _usable()
     cli = make_cli(tmp_path)
-    sessions = config.load(cwd=cli.cwd, env=cli.env).sessions_dir
+    sessions = Path(config.load(cwd=cli.cwd, env=cli.env).sessions_dir)
     sessions.mkdir(parents=True)
-    memory = memory_sessions_dir()
+    memory = Path(memory_sessions_dir())
     lock = os.open(sessions / recorder.LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     fcntl.flock(lock, fcntl.LOCK_EX)  # no recorder records it meanwhile
     try:
@@ -189,11 +189,11 @@ def test_a_runs_trace_stays_beside_its_log_where_memory_has_no_room(
     roomy = runner.begin(cfg, ["true"], "t", True)
     free -= 1 << 20
     short = runner.begin(cfg, ["true"], "t", True)
-    assert roomy.own.parent == memory_sessions_dir() and roomy.own.is_dir()
-    assert short.own.parent == cfg.sessions_dir and short.own.is_dir()
-    begun = [json.loads(line)["d"] for line in short.log.path.read_text().splitlines()
+    assert os.path.dirname(roomy.own) == memory_sessions_dir() and os.path.isdir(roomy.own)
+    assert os.path.dirname(short.own) == cfg.sessions_dir and os.path.isdir(short.own)
+    begun = [json.loads(line)["d"] for line in Path(short.log.path).read_text().splitlines()
              if '"b"' in line]
-    assert begun == [str(roomy.own), short.own.name]
+    assert begun == [roomy.own, os.path.basename(short.own)]
 
 
 def test_a_killed_run_whose_trace_is_gone_is_abort_and_says_why(tmp_path: Path) -> None:
@@ -206,7 +206,7 @@ def test_a_killed_run_whose_trace_is_gone_is_abort_and_says_why(tmp_path: Path) 
                              "printf x > out.txt; exec sleep 60"], cwd=cli.cwd, env=cli.env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
-    memory = memory_sessions_dir()
+    memory = Path(memory_sessions_dir())
     deadline = time.monotonic() + 30
     while not list(cli.cwd.glob("out.txt")) and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -233,7 +233,7 @@ def test_a_reader_waits_while_the_recorder_holds_the_directory(tmp_path: Path) -
     once wait_recorded took a list of directories and its caller here passed one.)"""
     _usable()
     cli = make_cli(tmp_path)
-    sessions = config.load(cwd=cli.cwd, env=cli.env).sessions_dir
+    sessions = Path(config.load(cwd=cli.cwd, env=cli.env).sessions_dir)
     sessions.mkdir(parents=True)
     lock = os.open(sessions / recorder.LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     fcntl.flock(lock, fcntl.LOCK_EX)  # a recorder that holds the directory, records nothing

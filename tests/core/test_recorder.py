@@ -34,8 +34,8 @@ def project(tmp_path, monkeypatch):
     roar.close()
 
 
-def events(home: Path) -> list[dict]:
-    lines = (home / "openlineage" / "events.jsonl").read_text().splitlines()
+def events(home: str | Path) -> list[dict]:
+    lines = (Path(home) / "openlineage" / "events.jsonl").read_text().splitlines()
     out = [json.loads(line) for line in lines if line.strip()]
     for e in out:
         validate_event(e)
@@ -139,7 +139,7 @@ def test_secrets_in_argv_never_leave_in_events(project):
     run_command(roar, ["bash", "-c", "true", "x", "--password", "hunter2",
                        "API_TOKEN=s3cr3t", "https://bob:pw123@example.org/x"], "secretive")
     roar.spool.flush(10)
-    text = (roar.config.home / "openlineage" / "events.jsonl").read_text()
+    text = (Path(roar.config.home) / "openlineage" / "events.jsonl").read_text()
     for secret in ("hunter2", "s3cr3t", "pw123"):
         assert secret not in text
     assert "secretive" in text

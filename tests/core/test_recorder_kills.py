@@ -80,8 +80,8 @@ def test_the_next_recorder_finishes_the_run_exactly_once(tmp_path: Path, point: 
     cfg = config.load(cwd=cli.cwd, env=cli.env)
     (cli.cwd / "in.txt").write_text("data\n")
     # Hold the recorder's lock: `run` leaves its run without starting one (one is at it).
-    cfg.sessions_dir.mkdir(parents=True)
-    held = os.open(cfg.sessions_dir / recorder.LOCK, os.O_RDWR | os.O_CREAT)
+    os.makedirs(cfg.sessions_dir)
+    held = os.open(os.path.join(cfg.sessions_dir, recorder.LOCK), os.O_RDWR | os.O_CREAT)
     fcntl.flock(held, fcntl.LOCK_EX)
     try:
         proc = cli("run", "--job", "copy", "--", "cp", "in.txt", "out.txt")
@@ -102,7 +102,7 @@ def test_the_next_recorder_finishes_the_run_exactly_once(tmp_path: Path, point: 
     assert len(runs) == 1 and "COMPLETE" in runs[0], listing.stdout.decode()
     run_id = runs[0].split()[-1]
     assert f"{cli.cwd / 'out.txt'}  blake3:" in cli.ok("show", run_id)
-    assert runner.pending(cfg) == [] and not list(cfg.sessions_dir.glob("run-*"))
+    assert runner.pending(cfg) == [] and not list(Path(cfg.sessions_dir).glob("run-*"))
     assert tasklog.log_paths(cfg.sessions_dir) == []
 
     assert cli.ok("flush").endswith("pending 0\n")

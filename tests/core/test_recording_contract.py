@@ -145,7 +145,7 @@ def runs(cfg) -> dict[str, tuple[str, dict[str, str]]]:
 
 def terminal_events(cfg) -> dict[str, list[str]]:
     """run id -> its terminal event types, as delivered to the file transport."""
-    path = cfg.home / "openlineage" / "events.jsonl"
+    path = Path(cfg.home) / "openlineage" / "events.jsonl"
     out: dict[str, list[str]] = {}
     for line in path.read_text().splitlines() if path.exists() else []:
         e = json.loads(line)
@@ -205,7 +205,7 @@ def test_a_recorder_killed_before_its_marks_is_resumed_without_recording_twice(
     first = Roar(cfg, send=False)
     dying = Follower(first, session, sync_every=3600)  # its marks are never flushed
     assert dying.poll() == 3
-    assert not any('"r"' in line for line in log_paths(session)[0].read_text().splitlines())
+    assert not any('"r"' in line for line in Path(log_paths(session)[0]).read_text().splitlines())
     first.spool._writer.sync_deferred()  # what a SIGKILL leaves: written, not marked
     first.store.close()
 
@@ -382,19 +382,19 @@ def test_a_wake_that_names_its_log_is_answered_before_the_rest_of_the_pass(
     waiting = Producer(session, tmp_path)
     waiting.do(f"begin {run_id(1)} t1")
     waiting.do(f"copy {src} {tmp_path / '1.txt'} 1")
-    (log1,) = [p for p in log_paths(session) if f"-{waiting.proc.pid}-" in p.name]
+    (log1,) = [p for p in log_paths(session) if f"-{waiting.proc.pid}-" in os.path.basename(p)]
     assert tasklog.drain_fifo(wake) == []  # a plain wake names nothing
     waiting.proc.stdin.write(f"end {run_id(1)} 60 early\n")
     waiting.proc.stdin.flush()
     assert select.select([wake], [], [], 60)[0]
     hinted = tasklog.drain_fifo(wake)
-    assert hinted == [log1.name.removesuffix(tasklog.SUFFIX)]
+    assert hinted == [os.path.basename(log1).removesuffix(tasklog.SUFFIX)]
 
     seen = []
 
     def listed(directory):  # the pass's first look at the directory
         seen.append(any(json.loads(line).get("a") == run_id(1)
-                        for line in log1.read_text().splitlines()))
+                        for line in Path(log1).read_text().splitlines()))
         return log_paths(directory)
 
     monkeypatch.setattr(following, "log_paths", listed)
@@ -447,7 +447,7 @@ def test_a_task_that_cannot_be_recorded_is_kept_and_recorded_once_later(
     f = Follower(roar, session)
     assert f.poll() == 0
     f.sync()
-    (log,) = log_paths(session)  # kept, with why
+    (log,) = map(Path, log_paths(session))  # kept, with why
     assert '"fail"' in log.read_text() and "disk is full" in log.read_text()
     assert f.pending() == 0  # a recorder may leave: the next one tries again
     assert f.poll() == 0

@@ -50,7 +50,7 @@ def test_left_by_dead_processes_is_swept_in_use_is_kept(tmp_path: Path) -> None:
     live = _session(tmp_path, "airflow-h-2", logs=[dead, os.getpid()])
     live_child = _session(tmp_path, "remote-3", logs=[os.getpid()], sub="run-3")
     fresh = _session(tmp_path, "airflow-h-3", old=False)  # exported, worker not started yet
-    removed = sweep_stale_sessions(tmp_path)
+    removed = list(map(Path, sweep_stale_sessions(tmp_path)))
     assert sorted(removed) == sorted([gone, gone_remote, empty_remote])
     for d in (live, live_child, fresh):
         assert d.is_dir()
@@ -75,7 +75,7 @@ def test_a_held_lock_keeps_a_session(tmp_path: Path) -> None:
     assert (owned / OWNER_LOCK).exists()
     for d in (owned, service):
         os.utime(d, (OLD, OLD))
-    assert sorted(sweep_stale_sessions(tmp_path)) == sorted([owned, service])
+    assert sorted(map(Path, sweep_stale_sessions(tmp_path))) == sorted([owned, service])
 
 
 def test_new_in_memory_session_sweeps_first(tmp_path: Path,
@@ -84,9 +84,9 @@ def test_new_in_memory_session_sweeps_first(tmp_path: Path,
     run.mkdir(mode=0o700)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
     cfg = config.load(env={"ROAR_HOME": str(tmp_path / "home")}, cwd=tmp_path)
-    first = new_session_dir(cfg, "airflow-h-1", in_memory=True)
+    first = Path(new_session_dir(cfg, "airflow-h-1", in_memory=True))
     assert first.parent == run / "roar"
     (first / f"roar-{_dead_pid()}-1.log").write_bytes(b"")
     os.utime(first, (OLD, OLD))
-    second = new_session_dir(cfg, "airflow-h-2", in_memory=True)
+    second = Path(new_session_dir(cfg, "airflow-h-2", in_memory=True))
     assert second.is_dir() and not first.exists()

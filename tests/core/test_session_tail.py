@@ -144,7 +144,7 @@ def test_losses_are_charged_once_to_the_tasks_reading_a_live_log(tmp_path: Path)
                             stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline() == "ready\n"
-        (log,) = tracelog.log_files(session)
+        (log,) = map(Path, tracelog.log_files(session))
         assert tracelog._HEADER.unpack_from(
             log.read_bytes()[:tracelog._HEADER.size])[10] == 0
         _set_dropped(log, 5)  # the shim lost 5 events before now

@@ -65,7 +65,7 @@ def job_context(env: dict[str, str] | os._Environ) -> dict[str, Any] | None:
 
 def session_dir(cfg: config.Config, job: dict[str, Any] | None, node_id: str) -> Path:
     """Where a node's workers of one job log: one directory per job and node."""
-    return cfg.sessions_dir / f"ray-{job['run_id'] if job else 'nojob'}" / node_id
+    return Path(cfg.sessions_dir, f"ray-{job['run_id'] if job else 'nojob'}", node_id)
 
 
 def plugins_value(existing: str | None) -> str:

@@ -103,7 +103,7 @@ def _driver_name() -> str:
 class DriverJob:
     def __init__(self, roar: Roar, run: RunRef, context: dict[str, Any]):
         self.roar, self.run, self.context = roar, run, context
-        self.root = roar.config.sessions_dir / f"ray-{run.run_id}"
+        self.root = Path(roar.config.sessions_dir, f"ray-{run.run_id}")
 
     @classmethod
     def start(cls, cfg: config.Config, settings: dict[str, Any]) -> DriverJob:

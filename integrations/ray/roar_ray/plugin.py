@@ -46,7 +46,7 @@ def worker_env(settings: dict[str, Any], env_vars: dict[str, str], node_id: str)
     out = {_env.PLUGIN_VAR: node_id, _env.SETTINGS_VAR: json.dumps(settings)}
     if cfg.disabled:
         return out  # the kill switch: nothing preloaded, the worker hook records nothing
-    lib = str(tracer.library_path())
+    lib = tracer.library_path()
     out["LD_PRELOAD"] = preload_value(lib, env_vars.get("LD_PRELOAD"))
     session = _env.session_dir(cfg, job, node_id)
     session.mkdir(parents=True, exist_ok=True)  # the shim logs there from the worker's exec

@@ -105,7 +105,7 @@ class Lineage:
         wf = new_run_id()
         try:
             # This invocation's sessions: its task log, and a tracer session per job.
-            directory = new_session_dir(cfg, f"snakemake-{wf}", in_memory=True)
+            directory = Path(new_session_dir(cfg, f"snakemake-{wf}", in_memory=True))
             owner = hold_owner_lock(directory)  # never swept while we live
             recorder.write_settings(directory, cfg, [*(p for p in internal if p), directory])
             tasks = TaskLog(directory, results=True, common={

@@ -175,7 +175,7 @@ class RoarHook(BaseHook):
             directory = Path(os.environ[tracer.ENV_SESSION])
         else:
             # The host's session for tasks of workers started without the tracer.
-            directory = cfg.sessions_dir / f"airflow-{host_name()}"
+            directory = Path(cfg.sessions_dir, f"airflow-{host_name()}")
         run = TaskRun(ident, mode, directory)
         tasks = _task_log(directory)
         own = None
@@ -383,7 +383,7 @@ def finish_dag_run(dag_run: Any, status: str) -> None:
     from roar_core.pipeline.store import DB_FILENAME, Store
 
     cfg = _config()
-    if cfg.database_url is None and not (cfg.home / DB_FILENAME).exists():
+    if cfg.database_url is None and not os.path.exists(os.path.join(cfg.home, DB_FILENAME)):
         return  # no task of any DAG was traced here: nothing to close (and no store made)
     run_id = _dag_run_id(dag_run.dag_id, dag_run)
     with Store.open(cfg.database_url, cfg.home) as store:
