@@ -469,7 +469,7 @@ def adopt_old_runs(cfg: Config) -> int:
         for d in found:
             try:
                 info = _read_json(d, "runner.json")
-                done = _read_json(d, "task.json", missing=None)
+                done = _read_json(d, "task.json", optional=True)
                 if done is None and (info["host"] != host or pid_alive(int(info["pid"]))):
                     continue  # its command still runs (under the older roar-core)
                 meta = {"run_id": info["run_id"], "engine": "cli", "namespace": cfg.namespace,
@@ -485,7 +485,7 @@ def adopt_old_runs(cfg: Config) -> int:
                     end = tasklog.end_entry(
                         info["run_id"], status, error=error, exit_code=rc,
                         ended_at=datetime.fromisoformat(done["ended_at"]),
-                        captured=_read_json(d, "capture.json", missing=None))
+                        captured=_read_json(d, "capture.json", optional=True))
                 name = os.path.basename(d)
                 tasklog.write_gone(base, f"adopted-{name}", info["pid"], info["host"],
                                    meta, name, end)
@@ -497,20 +497,17 @@ def adopt_old_runs(cfg: Config) -> int:
     return adopted
 
 
-_REQUIRED = object()
-
-
-def _read_json(directory: str, name: str, missing: Any = _REQUIRED) -> Any:
-    """A JSON file of an old run's directory; `missing` if it has none."""
+def _read_json(directory: str, name: str, optional: bool = False) -> Any:
+    """A JSON file of an old run's directory (`optional`: None where it has none)."""
     import json
 
     try:
         with open(os.path.join(directory, name), "rb") as f:
             return json.loads(f.read())
     except FileNotFoundError:
-        if missing is _REQUIRED:
+        if not optional:
             raise
-        return missing
+        return None
 
 
 def hand_off(cfg: Config, directory: str | None = None) -> None:

@@ -53,7 +53,10 @@ def socket_path() -> str | None:
         base = os.environ.get("XDG_RUNTIME_DIR") or "/tmp"
         d = os.path.join(base, f"roar-{os.getuid()}")
         try:
-            os.makedirs(d, mode=0o700, exist_ok=True)
+            try:
+                os.mkdir(d, 0o700)  # not its parents: a missing runtime dir is no place
+            except FileExistsError:
+                pass
             d = os.path.realpath(d)
             st = os.stat(d)
         except OSError:
