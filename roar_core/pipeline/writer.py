@@ -271,7 +271,8 @@ class LineageWriter:
                untraceable: list[str] | None = None, *, start: bool = False,
                captured: Capture | None = None,
                before_commit: Callable[[list], None] | None = None,
-               answer: Callable[[RecordedTask], None] | None = None) -> RecordedTask:
+               answer: Callable[[RecordedTask], None] | None = None,
+               stored: Callable[[RecordedTask], None] | None = None) -> RecordedTask:
         """`start`: the task's start was not recorded (`started`) yet: its row goes in with
         its end, one commit, and its START event right before its end's, one spool sync.
         `captured`: the task's versions, taken as it ended (`capture.capture`); without
@@ -279,7 +280,8 @@ class LineageWriter:
         given the task's events (`spool.encode`d) after it is staged and before the store
         commits it (a recorder that may die between the commit and the spool keeps them
         there, to send without storing the task twice).  `answer`: given the task's
-        lineage as soon as it is known, before the store (see `_stage`)."""
+        lineage as soon as it is known, before the store (see `_stage`).  `stored`: given
+        the task once the store has committed it, before its events are spooled."""
         with gc_paused():
             # With before_commit, its stage is one transaction that commits after it.
             with self.store.batch() if before_commit is not None else nullcontext():
@@ -287,6 +289,8 @@ class LineageWriter:
                                            captured, answer)
                 if before_commit is not None:
                     before_commit(events)
+            if stored is not None:
+                stored(task)
             if self.spool is not None:
                 with self.spool.batch():  # its START and end: one sync
                     for event in events:
@@ -295,14 +299,15 @@ class LineageWriter:
 
     def record_many(self, tasks: list[EndedTask],
                     before_commit: Callable[[list], None] | None = None,
-                    answer: Callable[[RecordedTask], None] | None = None
+                    answer: Callable[[RecordedTask], None] | None = None,
+                    stored: Callable[[RecordedTask], None] | None = None
                     ) -> list[RecordedTask]:
         """Ended tasks, in one store commit, then their events, in order: for a recorder
         catching up with many short tasks, where a commit each was most of the work (and
         of the disk writes).  All or nothing: a failure (StoreError, or any other) stores
         and sends none of them; record them one by one then (`record`).  `before_commit`:
-        given [(run id, its events)] once staged, before the commit; `answer`: each task's
-        lineage as soon as it is known (see `record`)."""
+        given [(run id, its events)] once staged, before the commit; `answer` and `stored`:
+        as `record`'s."""
         with gc_paused():
             # Hashed before the store's write lock is taken (a task without a capture).
             captures = [t.captured or self.capture(t.meta, t.records) for t in tasks]
@@ -311,6 +316,9 @@ class LineageWriter:
                           for t, c in zip(tasks, captures, strict=True)]
                 if before_commit is not None:
                     before_commit([(task.meta.run_id, events) for task, events in staged])
+            if stored is not None:
+                for task, _ in staged:
+                    stored(task)
             for _, events in staged:
                 for event in events:
                     self.emit(event)

@@ -201,8 +201,10 @@ class Follower:
         self._unopened = 0  # logs listed whose header was not complete yet
         self._staged_fd = -1
         self._restaged = self._read_staged()  # run id -> events a killed recorder staged
-        # Tasks of this pass whose producers asked for an early answer (`_answer_early`).
+        # Tasks of this pass whose producers asked for an early answer (`_answer_early`),
+        # and those whose producers wait for them to be stored (`_answer_stored`).
         self._early: dict[str, tuple[_Followed, Entry]] = {}
+        self._waiting: dict[str, tuple[_Followed, Entry]] = {}
         self._answered_now: set[str] = set()  # run ids `_answer_first` answered this pass
 
     def poll(self, hinted: Collection[str] = ()) -> int:
@@ -375,6 +377,8 @@ class Follower:
             return 0
         self._early = {e.meta.run_id: (f, e) for f, e, _ in tasks
                        if e.waited and e.early and not e.answered}
+        self._waiting = {e.meta.run_id: (f, e) for f, e, _ in tasks
+                         if e.waited and not e.early and not e.answered}
         if len(tasks) > 1:  # one commit for all
             try:
                 with self.roar.writer.cache_held():
@@ -384,7 +388,8 @@ class Follower:
                 # task's output datasets are then made while its rows are written.)
                 recorded = self.roar.writer.record_many(
                     [task for _, _, task in tasks], before_commit=self._stage,
-                    answer=self._answer_early if self._early else None)
+                    answer=self._answer_early if self._early else None,
+                    stored=self._answer_stored if self._waiting else None)
                 self._unstage()
             except Exception as e:  # nothing of them stored: one by one, to lose none
                 log.info("roar: %d tasks not recorded at once (%s); one by one",
@@ -671,7 +676,8 @@ class Follower:
                 result = self.roar.writer.record(
                     task.meta, task.outcome, task.records, captured=task.captured,
                     start=task.start, before_commit=lambda ev: self._stage([(run_id, ev)]),
-                    answer=self._answer_early if self._early else None)
+                    answer=self._answer_early if self._early else None,
+                    stored=self._answer_stored if self._waiting else None)
                 self._unstage()
             except StoreError:
                 # Its START may be stored already: by a follower that died before marking
@@ -696,6 +702,16 @@ class Follower:
         store: its versions and datasets are settled.  Recorded or not, the task stays in
         its log until it is (its recorded mark follows)."""
         found = self._early.pop(task.meta.run_id, None)
+        if found is not None:
+            self._answer(*found, task)
+
+    def _answer_stored(self, task: RecordedTask) -> None:
+        """A producer waiting for its task to be recorded (`run --wait`, Snakemake's for
+        its temp() outputs) has the answer as soon as the store has committed the task, not
+        after its events are spooled and synced (a 5,000-file task: ~6 ms).  Its events
+        were staged before the commit: a recorder killed before it spools them leaves them
+        to the next one, as it would after a sync."""
+        found = self._waiting.pop(task.meta.run_id, None)
         if found is not None:
             self._answer(*found, task)
 

@@ -536,3 +536,56 @@ def test_a_pass_lists_the_tracer_logs_once_whatever_its_backlog(tmp_path, cfg, s
                 == {str(src)}, n
     finally:
         roar.close(timeout=0)
+
+
+@pytest.mark.parametrize("together", [False, True], ids=["alone", "with-another"])
+def test_a_producer_waiting_for_the_store_is_answered_once_its_task_is_committed(
+        tmp_path, cfg, session, together):
+    """A producer that waits for its task to be recorded (`run --wait`, Snakemake's for its
+    temp() outputs) is answered as soon as the store has committed the task: before its
+    events are spooled and synced, which for a task of thousands of files takes
+    milliseconds more.  `together`: recorded in one commit with another task."""
+    import select
+
+    roar = Roar(cfg, send=False)
+    f = Follower(roar, session)
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"w\n")
+    waiting, other = Producer(session, tmp_path), Producer(session, tmp_path)
+    waiting.do(f"begin {run_id(1)} t1")
+    waiting.do(f"copy {src} {tmp_path / '1.txt'} 1")
+    if together:
+        other.task(2, src, tmp_path / "2.txt", "2")
+    (log1,) = [p for p in log_paths(session) if f"-{waiting.proc.pid}-" in os.path.basename(p)]
+    at_spool = []
+    spool_append = roar.spool.append
+
+    def append(event) -> None:  # what the producer and the store have as task 1's end goes
+        e = json.loads(event)
+        if e["run"]["runId"] == run_id(1) and e["eventType"] == "COMPLETE":
+            marks = [json.loads(line) for line in Path(log1).read_text().splitlines()]
+            task = roar.store.task_run(run_id(1))
+            at_spool.append((any(m.get("a") == run_id(1) for m in marks),
+                             task and task.status))
+        spool_append(event)
+
+    roar.spool.append = append
+    waiting.proc.stdin.write(f"end {run_id(1)} 60\n")  # waits, not early
+    waiting.proc.stdin.flush()
+    deadline = time.monotonic() + 60
+    while not at_spool:
+        assert time.monotonic() < deadline, "never recorded"
+        f.poll()
+    assert at_spool == [(True, "COMPLETE")]  # answered, stored: then spooled
+    assert select.select([waiting.proc.stdout], [], [], 60)[0]
+    answer = json.loads(waiting.proc.stdout.readline())
+    assert answer["ok"]
+    (out,) = answer["result"]["outputs"]
+    assert out["digest"] == digest(b"w\n1")
+    f.sync()
+    waiting.kill()
+    other.kill()
+    stored = {run: outs for run, (_, outs) in runs(cfg).items()}
+    assert stored[run_id(1)] == {out["name"]: "blake3:" + out["digest"]}
+    f.close()
+    roar.close(timeout=0)
