@@ -129,3 +129,37 @@ def test_a_log_with_a_broken_header_is_one_lost_event(made) -> None:
         assert recorded.data["dropped"] >= 1
     finally:
         roar.close()
+
+
+def _read_both(path, monkeypatch) -> tuple:
+    """The log as read (first) from a copy of its first bytes and (then) mapped whole."""
+    def read(small: int):
+        monkeypatch.setattr(tracelog, "_READ_SMALL", small)
+        try:
+            log = tracelog.read_log(path)
+        except tracelog.TraceLogError as e:
+            return str(e)
+        return (log.header, log.records, log.torn, log.next_offset, log.final)
+
+    return read(1 << 16), read(0)
+
+
+def test_a_log_reads_the_same_copied_or_mapped_whatever_the_damage(
+        made, tmp_path, monkeypatch) -> None:
+    # A small log is read with one copy of its first bytes, a bigger one mapped: both
+    # readers find the same records, losses and end, in every damaged variant (among them
+    # a header whose reserved size points past the copy, read mapped then), with the
+    # aimed damage and a header cut short.
+    _, _, session, victim = made
+    rng = random.Random(21)
+    original = (session / victim).read_bytes()
+    variants = [bytearray(original), *_aimed(original), bytearray(original[:100])]
+    reserved_far = bytearray(original)
+    reserved_far[48:56] = (1 << 17).to_bytes(8, "little")  # the header's `reserved`
+    variants.append(reserved_far)
+    variants += [_damage(bytearray(original), rng) for _ in range(200)]
+    path = tmp_path / "roar-1-1.log"
+    for i, data in enumerate(variants):
+        path.write_bytes(data)
+        copied, mapped = _read_both(path, monkeypatch)
+        assert copied == mapped, i
