@@ -274,7 +274,7 @@ def _unreadable(path: str | os.PathLike, e: OSError) -> TraceLogError:
     return TraceLogError(f"{path}: cannot read trace log ({e.strerror or e})")
 
 
-def _parse(path: str, buf: mmap.mmap, size: int, start: int,
+def _parse(path: str, buf: bytes | mmap.mmap, size: int, start: int,
            final: bool | Callable[[LogHeader], bool]) -> TraceLog:
     header = _header(buf, path)
     if callable(final):
