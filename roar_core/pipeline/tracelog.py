@@ -248,8 +248,8 @@ def read_log(path: str | os.PathLike, start: int = 0,
         _check_size(path, size)
         # A log whose records fit in its first _READ_SMALL bytes (most processes': a shell,
         # a `cat`) is read, not mapped: mapping and unmapping it cost more than the copy
-        # (measured, small logs: ~30 -> ~17 us each; with another thread of the reader
-        # busy on the other core, whose TLB the unmap must flush: ~60 -> ~40).
+        # (bench/bench_logs.py: ~26 -> ~18 us a log; with another thread of the reader
+        # busy on the other core, whose TLB each unmap must flush: ~44 -> ~18).
         head = os.pread(fd, min(size, _READ_SMALL), 0)
         if len(head) == size or (len(head) >= HEADER_SIZE and HEADER_SIZE
                                  + _header(head, path).reserved <= len(head)):
