@@ -4,6 +4,7 @@
     python bench/bench_store.py --page-sizes 16384,8192 [--small 1000] [--rounds 3]
     python bench/bench_store.py --floor [--tasks 6] [--files 5000] [--rounds 3]
     python bench/bench_store.py --memory 160
+    python bench/bench_store.py --statement-rows 2048,512,128,64,32 128,64,32 [--rounds 4]
 
 Each task's end goes in as the recorder writes it (`Store.finish_task_run` in a batch: its
 start row, its accesses, its versions), with random digests (every file new content).
@@ -23,6 +24,9 @@ end-to-end figure.
 one after the other, in a process of its own: its size (RSS) after every 32 tasks, with
 roar's statement sizes and, as the baseline, statements of up to 500 rows and one for the
 rest (the driver keeps the statements it ran: one per remainder piled up).
+
+--statement-rows: the same big tasks written with each list of rows per multi-row statement
+(`_STATEMENT_ROWS`), the first the baseline, interleaved, a new store each.
 
 --page-sizes: the same sequence of big tasks, and --small tasks of 2 files each (one reads
 the previous one's output) committed one by one as a recorder answering each task as it
@@ -238,6 +242,32 @@ def page_sizes(args: argparse.Namespace, root: Path) -> None:
               f"   median {1e3 * med(bg):7.1f} ({med(bg) / med(base['big']):.2f} x)")
 
 
+def statement_rows(args: argparse.Namespace, root: Path) -> None:
+    """The same big tasks with each list of statement sizes (the first: the baseline),
+    interleaved, each into a new store: ms per task, its last half's medians."""
+    lists = [tuple(int(x) for x in rows.split(",")) for rows in args.statement_rows]
+    late: dict[tuple[int, ...], list[float]] = {rows: [] for rows in lists}
+    kept = S._STATEMENT_ROWS
+    try:
+        for r in range(args.rounds):
+            for rows in lists if r % 2 == 0 else lists[::-1]:
+                S._STATEMENT_ROWS = rows
+                home = root / f"{r}-{len(rows)}"
+                took = record(home, args.tasks, args.files, False)
+                shutil.rmtree(home)
+                late[rows] += took[len(took) // 2:]
+            print(f"round {r + 1} done", file=sys.stderr)
+    finally:
+        S._STATEMENT_ROWS = kept
+    base = statistics.median(late[lists[0]])
+    print(f"{args.tasks} tasks of {args.files:,} new files each, a store per list and round "
+          f"({args.rounds} rounds); the last half of each sequence, median ms per task:")
+    for rows in lists:
+        m = statistics.median(late[rows])
+        print(f"  statements of {','.join(map(str, rows)):<22} {1e3 * m:7.1f} ms"
+              f"  ({m / base:.2f} x)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", type=int, default=8)
@@ -253,10 +283,13 @@ def main() -> int:
     ap.add_argument("--memory", type=int, metavar="N",
                     help="a long-lived store's size over N tasks of as many sizes")
     ap.add_argument("--memory-child", metavar="ROWS", help=argparse.SUPPRESS)
+    ap.add_argument("--statement-rows", nargs="+", metavar="N,N...",
+                    help="compare these lists of rows per statement (the first: baseline)")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="roar-bench-store-", dir=args.tmp))
     mode = (page_sizes if args.page_sizes else floor if args.floor else memory if args.memory
-            else memory_child if args.memory_child is not None else None)
+            else memory_child if args.memory_child is not None
+            else statement_rows if args.statement_rows else None)
     if mode is not None:
         try:
             mode(args, root)

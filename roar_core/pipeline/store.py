@@ -557,6 +557,19 @@ class Store:
         with self._transaction(f"cannot record accesses of {task_run_id}", write=True) as conn:
             return _record_accesses(conn, task_run_id, checked)
 
+    def recorded_accesses(self, task_run_id: str, accesses: Sequence[Access]
+                          ) -> list[AccessRecord]:
+        """What `finish_task_run` returned for these accesses of a task stored already,
+        found again without writing: for the events of a task whose recorder died after
+        storing it and before making them."""
+        checked = [checked_access(a) for a in accesses]
+        if not checked:
+            return []
+        with self._transaction(f"cannot read task run {task_run_id}", write=False) as conn:
+            inputs = _unique_sorted(a for a in checked if a.role == "input" and a.digest)
+            started_at, candidates = _producers(conn, task_run_id, inputs)
+            return _matched(task_run_id, checked, started_at, candidates)
+
     # -- queries ------------------------------------------------------------------------------
 
     def producer_of(self, digest: str, exclude_run: str | None = None,
@@ -981,15 +994,7 @@ def _record_accesses(
     inputs = _unique_sorted(a for a in checked if a.role == "input" and a.digest)
     outputs = _unique_sorted(a for a in checked if a.role == "output" and a.digest)
     now = _utcnow()
-    if started_at is None:
-        found = _STARTED_AT.run(conn, {"run_id": task_run_id}).rows
-        started_at = found[0][0] if found else None
-    if started_at is None:
-        raise StoreError(f"unknown task run {task_run_id}")
-    # The producers of what it read, before its own rows go in: the query leaves the
-    # reader's own versions out, so they could not change its answer.
-    read = {a.digest for a in inputs}
-    candidates = _lineage.latest_per_path(conn, read, task_run_id, started_at) if read else {}
+    started_at, candidates = _producers(conn, task_run_id, inputs, started_at)
     sizes: dict[str, int | None] = {}
     for a in checked:
         if a.digest:
@@ -1015,6 +1020,39 @@ def _record_accesses(
         versions()
     else:
         write(versions)
+    records = _matched(task_run_id, checked, started_at, candidates)
+
+    def rows() -> None:
+        _ACCESS.run(conn, [(task_run_id, r.uri, r.digest, r.role, r.size, r.mtime_ns,
+                            r.path_read, r.dataset_namespace, r.dataset_name, r.note,
+                            r.object_version) for r in records])
+
+    if write is None:
+        rows()
+    else:
+        write(rows)
+    return records
+
+
+def _producers(conn: Connection, task_run_id: str, inputs: list[Access],
+               started_at: datetime | None = None) -> tuple[datetime, dict[str, Any]]:
+    """The task's start, and the latest versions of what it read (`latest_per_path`).
+    Before its own rows go in, or after: the query leaves the reader's own versions out,
+    so they could not change its answer."""
+    if started_at is None:
+        found = _STARTED_AT.run(conn, {"run_id": task_run_id}).rows
+        started_at = found[0][0] if found else None
+    if started_at is None:
+        raise StoreError(f"unknown task run {task_run_id}")
+    read = {a.digest for a in inputs}
+    return started_at, (_lineage.latest_per_path(conn, read, task_run_id, started_at)
+                        if read else {})
+
+
+def _matched(task_run_id: str, checked: list[Access], started_at: datetime,
+             candidates: dict[str, Any]) -> list[AccessRecord]:
+    """The task's access records: each input whose content was last produced under
+    another path names that output (`match`)."""
     records = []
     for a in checked:
         # Always the path the task used: equal content elsewhere is an edge (`match`), never
@@ -1033,16 +1071,6 @@ def _record_accesses(
                                      *dataset_identity(prod.uri))
         records.append(AccessRecord(a.uri, a.role, a.digest, a.size, a.mtime_ns, a.path_read,
                                     ns, name, a.note, match, a.object_version))
-
-    def rows() -> None:
-        _ACCESS.run(conn, [(task_run_id, r.uri, r.digest, r.role, r.size, r.mtime_ns,
-                            r.path_read, r.dataset_namespace, r.dataset_name, r.note,
-                            r.object_version) for r in records])
-
-    if write is None:
-        rows()
-    else:
-        write(rows)
     return records
 
 

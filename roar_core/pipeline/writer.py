@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import NamedTuple
 
 from roar_core.heap import gc_paused
 from roar_core.pipeline import capture as capture_mod
@@ -270,7 +271,7 @@ class LineageWriter:
     def record(self, meta: TaskMeta, outcome: TaskOutcome, records: list[Record],
                untraceable: list[str] | None = None, *, start: bool = False,
                captured: Capture | None = None,
-               before_commit: Callable[[list], None] | None = None,
+               before_commit: Callable[[list | None], None] | None = None,
                answer: Callable[[RecordedTask], None] | None = None,
                stored: Callable[[RecordedTask], None] | None = None) -> RecordedTask:
         """`start`: the task's start was not recorded (`started`) yet: its row goes in with
@@ -280,22 +281,68 @@ class LineageWriter:
         given the task's events (`spool.encode`d) after it is staged and before the store
         commits it (a recorder that may die between the commit and the spool keeps them
         there, to send without storing the task twice).  `answer`: given the task's
-        lineage as soon as it is known, before the store (see `_stage`).  `stored`: given
-        the task once the store has committed it, before its events are spooled."""
+        lineage as soon as it is known, before the store (see `_stage`).
+
+        `stored`: given the task once the store has committed it.  Its events are made
+        after that, not before the commit: `before_commit` gets None, to keep that they
+        are still to be made (`stored_events` makes them for a recorder killed before
+        they were), then the events once made, before they are spooled.  A waiting
+        producer's answer then waits for the store's rows alone: a 5,000-file task's
+        events are ~25 ms of Python that held the GIL from the store's helper thread
+        while it wrote the rows."""
         with gc_paused():
             # With before_commit, its stage is one transaction that commits after it.
             with self.store.batch() if before_commit is not None else nullcontext():
-                task, events = self._stage(meta, outcome, records, untraceable, start,
-                                           captured, answer)
+                staged = self._store_task(meta, outcome, records, untraceable, start,
+                                          captured, answer)
+                events = None if stored is not None else self._events(staged)
                 if before_commit is not None:
                     before_commit(events)
-            if stored is not None:
+            task = staged.task
+            if events is None:
                 stored(task)
+                events = self._events_after_commit(staged, before_commit)
             if self.spool is not None:
                 with self.spool.batch():  # its START and end: one sync
                     for event in events:
                         self.emit(event)
             return task
+
+    def _events_after_commit(self, staged: _Staged,
+                             before_commit: Callable[[list | None], None] | None
+                             ) -> list[bytes]:
+        """A stored task's events (see `record`'s `stored`).  It is stored and answered:
+        a failure here can no longer send it back to be recorded again (that would store
+        it twice), so it is logged, and what the events could not say is lost."""
+        meta = staged.task.meta
+        try:
+            events = self._events(staged)
+        except Exception as e:  # noqa: BLE001 - see above
+            log.error("roar: task %s (%s) stored, its events not made: %s: %s",
+                      meta.job_name, meta.run_id, type(e).__name__, e)
+            return []
+        if before_commit is not None:
+            try:
+                before_commit(events)
+            except Exception as e:  # noqa: BLE001 - only a recorder killed now would lose them
+                log.warning("roar: events of task %s not staged (%s); spooled now",
+                            meta.run_id, e)
+        return events
+
+    def stored_events(self, meta: TaskMeta, outcome: TaskOutcome, captured: Capture,
+                      start: bool = False) -> list[bytes]:
+        """The events of a task stored by a recorder that died before it made them (see
+        `record`'s `stored`), made as it would have: from the task's capture, with its
+        inputs' producers found in the store again (its own rows left out, as then).
+        `start`: its START was to go with them."""
+        start_event = emission.start_event(lineage_of(meta)) if start and self.spool else None
+        accesses, made = self._lineage(meta, captured, None)
+        recorded = self.store.recorded_accesses(meta.run_id, accesses)
+        io = captured.io
+        task = RecordedTask(meta, outcome, captured,
+                            self._input_datasets(recorded) if io.inputs else [],
+                            self._outputs(made))
+        return self._events(_Staged(task, recorded, self._code(captured), start_event))
 
     def record_many(self, tasks: list[EndedTask],
                     before_commit: Callable[[list], None] | None = None,
@@ -314,6 +361,8 @@ class LineageWriter:
             with self.store.batch():
                 staged = [self._stage(t.meta, t.outcome, t.records, None, t.start, c, answer)
                           for t, c in zip(tasks, captures, strict=True)]
+                # (Their events are made before the commit: small tasks, made on this
+                # thread either way, and `record`'s later events would add a staging.)
                 if before_commit is not None:
                     before_commit([(task.meta.run_id, events) for task, events in staged])
             if stored is not None:
@@ -425,10 +474,26 @@ class LineageWriter:
                captured: Capture | None = None,
                answer: Callable[[RecordedTask], None] | None = None
                ) -> tuple[RecordedTask, list]:
-        """Store the task; returns it and its events, to emit in order once stored.
-        `answer`: given the task as it will be stored, before the store: its versions and
-        datasets are settled by then (what a producer waiting for its lineage needs, which
-        need not wait for the store's statements and commit)."""
+        """Store the task; returns it and its events, to emit in order once stored."""
+        staged = self._store_task(meta, outcome, records, untraceable, start, captured, answer)
+        return staged.task, self._events(staged)
+
+    def _code(self, captured: Capture) -> list[CodeVersion]:
+        """Where each of the task's scripts is in git: stored with the run (diff,
+        reproduce) and sent."""
+        found = [(a.name, "blake3:" + v.digest) for a in captured.io.code
+                 if (v := captured.code.get(a.path)) is not None and v.digest is not None]
+        return sourcecode.versions(found) if found else []
+
+    def _store_task(self, meta: TaskMeta, outcome: TaskOutcome, records: list[Record],
+                    untraceable: list[str] | None, start: bool = False,
+                    captured: Capture | None = None,
+                    answer: Callable[[RecordedTask], None] | None = None) -> _Staged:
+        """Store the task (in the caller's batch: committed with it); returns what its
+        events are made of (`_events`).  `answer`: given the task as it will be stored,
+        before the store: its versions and datasets are settled by then (what a producer
+        waiting for its lineage needs, which need not wait for the store's statements and
+        commit)."""
         # As begun: the trace may yet find the task untraced, which its end records.
         self._put_facts()
         started = _task_run(meta) if start else None
@@ -442,11 +507,7 @@ class LineageWriter:
             outputs = self._outputs(made)
             answer(RecordedTask(meta, outcome, captured, self._input_datasets(accesses),
                                 outputs))
-        io = captured.io
-        found = [(a.name, "blake3:" + v.digest) for a in io.code
-                 if (v := captured.code.get(a.path)) is not None and v.digest is not None]
-        # Where each script is in git, stored with the run (diff, reproduce) and sent.
-        versions = sourcecode.versions(found) if found else []
+        versions = self._code(captured)
         code = [CodeFile(c.path, c.digest.removeprefix("blake3:"),
                          c.repo.url if c.repo else None, c.repo.commit if c.repo else None,
                          c.repo_path, c.dirty) for c in versions]
@@ -457,15 +518,32 @@ class LineageWriter:
             started=started)
         if outputs is None:  # (its rows written meanwhile, on the store's helper thread)
             outputs = self._outputs(made)
-        inputs = self._input_datasets(recorded) if io.inputs else []
+        inputs = self._input_datasets(recorded) if captured.io.inputs else []
+        return _Staged(RecordedTask(meta, outcome, captured, inputs, outputs), recorded,
+                       versions, start_event)
+
+    def _events(self, staged: _Staged) -> list[bytes]:
+        """The stored task's events, in the order they go out, each encoded once (for the
+        recorder's staging and the spool alike)."""
+        task = staged.task
+        meta, outcome = task.meta, task.outcome
         events = []
-        if start_event is not None:
-            events.append(start_event)
+        if staged.start_event is not None:
+            events.append(staged.start_event)
         if self.spool is not None:
             # The inferred edges first: the copy has a producer before the task reads it.
-            events += self._content_matches(meta, recorded)
+            events += self._content_matches(meta, staged.recorded)
             make = {"COMPLETE": emission.complete_event, "FAIL": emission.fail_event,
                     "ABORT": emission.abort_event}[outcome.status]
-            events.append(make(lineage_of(meta, outcome, inputs, outputs, versions)))
-        # Encoded once, for the recorder's staging (`before_commit`) and the spool alike.
-        return RecordedTask(meta, outcome, captured, inputs, outputs), [encode(e) for e in events]
+            events.append(make(lineage_of(meta, outcome, task.inputs, task.outputs,
+                                          staged.versions)))
+        return [encode(e) for e in events]
+
+
+class _Staged(NamedTuple):
+    """A task as `LineageWriter._store_task` stored it: what its events are made of."""
+
+    task: RecordedTask
+    recorded: list[AccessRecord]
+    versions: list[CodeVersion]
+    start_event: emission.Event | None

@@ -239,7 +239,9 @@ class Follower:
         """The store may have changed (new settings): look for workflow rows again."""
         self._workflow_rows.clear()
 
-    def _read_staged(self) -> dict[str, list]:
+    def _read_staged(self) -> dict[str, list | None]:
+        """Run id -> the events a killed recorder staged for it; None: it was to make them
+        after its commit (the last line of a run id is what it got to)."""
         try:
             with open(os.path.join(self.directory, STAGED), "rb") as f:
                 data = f.read()
@@ -258,9 +260,11 @@ class Follower:
                 continue
         return staged
 
-    def _stage(self, tasks: list[tuple[str, list[bytes]]]) -> None:
+    def _stage(self, tasks: list[tuple[str, list[bytes] | None]]) -> None:
         """Keep tasks' events (encoded), before the store commits them, until the spool is
-        synced (an error here fails the commit: the tasks are tried again)."""
+        synced (an error here fails the commit: the tasks are tried again).  None for a
+        task's events: made after its commit (`LineageWriter.record`'s `stored`), so the
+        next recorder makes them should this one die before it stages them."""
         if self.roar.spool is None:
             return  # no events of ours (the engine's integration sends them)
         import orjson
@@ -269,6 +273,9 @@ class Follower:
         # copies of a 5,000-file task's events were ~4,000 page faults, ~6 ms.
         parts: list[bytes] = []
         for run_id, events in tasks:
+            if events is None:
+                parts += (b'{"r":', orjson.dumps(run_id), b',"ev":null}\n')
+                continue
             parts += (b'{"r":', orjson.dumps(run_id), b',"ev":[')
             for i, event in enumerate(events):
                 if i:
@@ -364,7 +371,7 @@ class Follower:
         inherited = [e.meta.run_id for f, e, _ in ordered if e.meta.run_id in f.inherited]
         stored = self.roar.store.task_statuses(inherited) if inherited else {}
         for f, entry, outcome in ordered:
-            if self._recorded_before(f, entry, stored):
+            if self._recorded_before(f, entry, outcome, stored):
                 continue
             try:
                 self._ensure_workflow(entry.meta)
@@ -471,30 +478,50 @@ class Follower:
                 log.debug("roar: early answer from %s left to the pass: %s", name, e)
         return answered
 
-    def _recorded_before(self, f: _Followed, entry: Entry, stored: dict[str, str]) -> bool:
+    def _recorded_before(self, f: _Followed, entry: Entry, outcome: TaskOutcome,
+                         stored: dict[str, str]) -> bool:
         """Was the task recorded by a recorder that died before marking it?  Only a task
         the log held when this follower first read it can have been: the lock kept any
         other recorder out since.  Its events, staged before its commit, are spooled (again:
-        they may have been), and it is marked.  `stored`: the statuses in the store of
-        the inherited tasks at hand."""
-        if entry.meta.run_id not in f.inherited:
+        they may have been), or made now where it was to make them after its commit, and
+        it is marked.  `stored`: the statuses in the store of the inherited tasks at
+        hand."""
+        run_id = entry.meta.run_id
+        if run_id not in f.inherited:
             return False
-        f.inherited.discard(entry.meta.run_id)
-        status = stored.get(entry.meta.run_id)
+        f.inherited.discard(run_id)
+        status = stored.get(run_id)
         if status is None or status == "RUNNING":
             return False
-        entry.started = True
-        events = self._restaged.pop(entry.meta.run_id, None)
+        start, entry.started = not entry.started, True
+        if run_id in self._restaged and self._restaged[run_id] is None:
+            self._restaged[run_id] = self._made_again(f, entry, outcome, start)
+        events = self._restaged.pop(run_id, None)
         if events and self.roar.spool is not None:  # staged, maybe not spooled: sent now
             from roar_core.pipeline.emission import Event
 
-            for event in events:
-                self.roar.writer.emit(Event(event))
+            for event in events:  # (made again here: encoded already)
+                self.roar.writer.emit(event if isinstance(event, bytes) else Event(event))
         # What this recorder can say without the predecessor's answer.
         self._recorded(f, entry, {"ok": True, "status": status, "error": None,
                                   "inputs": [], "outputs": [],
                                   "note": "recorded by an earlier recorder"})
         return True
+
+    def _made_again(self, f: _Followed, entry: Entry, outcome: TaskOutcome,
+                    start: bool) -> list[bytes] | None:
+        """The events of a task stored by a recorder that died before it made them,
+        made as that recorder would have (`LineageWriter.stored_events`)."""
+        from roar_core.pipeline.writer import EndedTask
+
+        try:
+            self._take_records(f, entry, outcome)
+            captured = self._captured(entry, EndedTask(entry.meta, outcome, entry.records))
+            return self.roar.writer.stored_events(entry.meta, outcome, captured, start)
+        except Exception as e:  # noqa: BLE001 - it is stored: marked, with what it lost
+            log.error("roar: task %s (%s) stored by a recorder that died, its events lost: "
+                      "%s: %s", entry.meta.job_name, entry.meta.run_id, type(e).__name__, e)
+            return None
 
     def _hold(self, ordered: list[tuple[_Followed, Entry, TaskOutcome]]) -> list[
             tuple[_Followed, Entry, TaskOutcome]]:

@@ -5,7 +5,9 @@ and the recorder process every engine uses).
 `roar-core run` leaves its run to the recorder; here that recorder is a real process
 running the real loop, killed by SIGKILL at one point of recording: before the store,
 inside its transaction, after its commit, between two events spooled, after the spool's
-sync and before the run is marked recorded in its task log.  Then the user's next command
+sync and before the run is marked recorded in its task log; and, as when a producer waits
+for the run (its events made after the commit), after the commit and before the events are
+made, and after they are staged.  Then the user's next command
 (`roar-core show`, which records what is pending) and `roar-core flush` must leave the run
 stored once, ended, with its START and COMPLETE delivered."""
 
@@ -59,6 +61,19 @@ elif point == "mid-spool":  # START spooled, COMPLETE not
     spool.Spool.append = second_dies
 elif point == "after-spool":  # both events spooled and synced, the run not marked yet
     follower._Followed.flush_marks = die
+elif point.startswith("waited-"):
+    # As for a producer that waits for the task (`run --wait`): the recorder answers it at
+    # the commit and makes the task's events after that.
+    from roar_core.pipeline import writer as core
+
+    record = core.LineageWriter.record
+    def waited(self, *args, stored=None, **kwargs):
+        return record(self, *args, stored=stored or (lambda task: None), **kwargs)
+    core.LineageWriter.record = waited
+    if point == "waited-after-commit":  # stored and answered, its events not made yet
+        core.LineageWriter._events = die
+    else:  # "waited-after-stage": its events made and staged, none spooled
+        spool.Spool.append = die
 elif point == "older-start":  # as a recorder of an older roar did: its START stored alone
     from roar_core.pipeline import writer as core
 
@@ -71,7 +86,7 @@ print("not killed")
 """
 
 POINTS = ["before-store", "mid-store", "after-store", "mid-spool", "after-spool",
-          "older-start"]
+          "older-start", "waited-after-commit", "waited-after-stage"]
 
 
 @pytest.mark.parametrize("point", POINTS)

@@ -589,3 +589,88 @@ def test_a_producer_waiting_for_the_store_is_answered_once_its_task_is_committed
     assert stored[run_id(1)] == {out["name"]: "blake3:" + out["digest"]}
     f.close()
     roar.close(timeout=0)
+
+
+def test_a_waiting_producer_is_answered_before_its_tasks_events_are_made(
+        tmp_path, cfg, session, monkeypatch):
+    """The answer a waiting producer gets needs the store's commit, not the task's events:
+    those are made after it (for a task of thousands of files, tens of ms of Python that
+    held the GIL from the store's helper thread while it wrote the rows).  Until they are
+    staged, the recorder's staging file says they are still to be made; a next recorder,
+    should this one die meanwhile, makes them from the task's capture and the store
+    (test_recorder_kills): the same events, its content match found again."""
+    import shutil
+
+    from roar_core.pipeline import emission
+    from roar_core.recording.follower import STAGED
+
+    roar = Roar(cfg, send=False)
+    f = Follower(roar, session)
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"w" * 100 + b"\n")  # (a content match needs 64 bytes or more)
+    Producer(session, tmp_path).task(2, src, tmp_path / "a.txt", "2")
+    while f.poll() == 0:
+        pass
+    shutil.copy(tmp_path / "a.txt", tmp_path / "b.txt")  # a copy roar does not see
+    waiting = Producer(session, tmp_path)
+    waiting.do(f"begin {run_id(1)} t1")
+    waiting.do(f"copy {tmp_path / 'b.txt'} {tmp_path / '1.txt'} 1")
+    (log1,) = [p for p in log_paths(session) if f"-{waiting.proc.pid}-" in os.path.basename(p)]
+    at_complete, told = [], []
+    complete_event = emission.complete_event
+
+    def made(lineage):  # what the producer, the store and the staging hold as it is made
+        if lineage.run_id == run_id(1):
+            marks = [json.loads(line) for line in Path(log1).read_text().splitlines()]
+            staging = Path(session) / STAGED
+            staged = [json.loads(line) for line in
+                      (staging.read_text().splitlines() if staging.exists() else [])]
+            task = roar.store.task_run(run_id(1))
+            at_complete.append((any(m.get("a") == run_id(1) for m in marks),
+                                task and task.status, staged))
+        return complete_event(lineage)
+
+    monkeypatch.setattr(emission, "complete_event", made)
+    spooled = []
+    spool_append = roar.spool.append
+
+    def append(event: bytes) -> None:
+        if run_id(1).encode() in event:
+            spooled.append(event)
+        spool_append(event)
+
+    monkeypatch.setattr(roar.spool, "append", append)
+    answer_stored = f._answer_stored
+    monkeypatch.setattr(f, "_answer_stored", lambda task: (told.append(task),
+                                                           answer_stored(task)))
+    waiting.proc.stdin.write(f"end {run_id(1)} 60\n")  # waits, not early
+    waiting.proc.stdin.flush()
+    deadline = time.monotonic() + 60
+    while not at_complete:
+        assert time.monotonic() < deadline, "never recorded"
+        f.poll()
+    assert at_complete == [(True, "COMPLETE", [{"r": run_id(1), "ev": None}])]
+    answer = json.loads(waiting.proc.stdout.readline())
+    (out,) = answer["result"]["outputs"]
+    assert out["digest"] == digest(b"w" * 100 + b"\n21")
+    f.sync()
+    waiting.kill()
+    f.close()
+    roar.spool.flush(30)
+    # The events went out all the same: the inferred edge to the copy's producer, then the
+    # COMPLETE with the version the producer was told.
+    path = Path(cfg.home) / "openlineage" / "events.jsonl"
+    mine = [e for e in map(json.loads, path.read_text().splitlines())
+            if run_id(1) in (e["run"]["runId"], e["run"]["facets"].get(
+                "roar_contentMatch", {}).get("consumerRunId"))]
+    assert [(e["eventType"], e["job"]["name"]) for e in mine] == [
+        ("START", "w.t1"), ("COMPLETE", "roar.content_match"), ("COMPLETE", "w.t1")]
+    for e in mine:
+        validate_event(e)
+    (o,) = mine[-1]["outputs"]
+    assert o["facets"]["version"]["datasetVersion"] == "blake3:" + out["digest"]
+    # Made again from the task's capture and the store, as a next recorder would.
+    (task,) = told
+    again = roar.writer.stored_events(task.meta, task.outcome, task.captured, start=True)
+    assert again == spooled  # byte for byte
+    roar.close(timeout=0)
