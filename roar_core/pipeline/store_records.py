@@ -131,7 +131,10 @@ class TaskRunRecord:
     dropped_events: int
 
 
-@dataclass(frozen=True)
+# Not frozen (hashed all the same): a frozen dataclass's __init__ sets each field through
+# object.__setattr__, 9.7 ms for a 5,000-file task's records against 2.9 (the recorder
+# makes them while the store's helper thread writes the rows, and takes the GIL from it).
+@dataclass(unsafe_hash=True)
 class AccessRecord:
     """A stored access. `dataset_namespace`/`dataset_name` is the OpenLineage identity to emit:
     the producer's when the content was written elsewhere, with `path_read` the path used."""
