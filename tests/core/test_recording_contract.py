@@ -538,6 +538,17 @@ def test_a_pass_lists_the_tracer_logs_once_whatever_its_backlog(tmp_path, cfg, s
         roar.close(timeout=0)
 
 
+def end_waiting(waiting: Producer, f: Follower, seen: list) -> None:
+    """End task 1 of `waiting`, which waits for it to be recorded (not early), and run the
+    follower's passes until `seen` holds what the test looks at."""
+    waiting.proc.stdin.write(f"end {run_id(1)} 60\n")
+    waiting.proc.stdin.flush()
+    deadline = time.monotonic() + 60
+    while not seen:
+        assert time.monotonic() < deadline, "never recorded"
+        f.poll()
+
+
 @pytest.mark.parametrize("together", [False, True], ids=["alone", "with-another"])
 def test_a_producer_waiting_for_the_store_is_answered_once_its_task_is_committed(
         tmp_path, cfg, session, together):
@@ -570,12 +581,7 @@ def test_a_producer_waiting_for_the_store_is_answered_once_its_task_is_committed
         spool_append(event)
 
     roar.spool.append = append
-    waiting.proc.stdin.write(f"end {run_id(1)} 60\n")  # waits, not early
-    waiting.proc.stdin.flush()
-    deadline = time.monotonic() + 60
-    while not at_spool:
-        assert time.monotonic() < deadline, "never recorded"
-        f.poll()
+    end_waiting(waiting, f, at_spool)
     assert at_spool == [(True, "COMPLETE")]  # answered, stored: then spooled
     assert select.select([waiting.proc.stdout], [], [], 60)[0]
     answer = json.loads(waiting.proc.stdout.readline())
@@ -643,12 +649,7 @@ def test_a_waiting_producer_is_answered_before_its_tasks_events_are_made(
     answer_stored = f._answer_stored
     monkeypatch.setattr(f, "_answer_stored", lambda task: (told.append(task),
                                                            answer_stored(task)))
-    waiting.proc.stdin.write(f"end {run_id(1)} 60\n")  # waits, not early
-    waiting.proc.stdin.flush()
-    deadline = time.monotonic() + 60
-    while not at_complete:
-        assert time.monotonic() < deadline, "never recorded"
-        f.poll()
+    end_waiting(waiting, f, at_complete)
     assert at_complete == [(True, "COMPLETE", [{"r": run_id(1), "ev": None}])]
     answer = json.loads(waiting.proc.stdout.readline())
     (out,) = answer["result"]["outputs"]
