@@ -538,6 +538,24 @@ def test_a_pass_lists_the_tracer_logs_once_whatever_its_backlog(tmp_path, cfg, s
         roar.close(timeout=0)
 
 
+def differences(got: list[bytes], expected: list[bytes]) -> list[str]:
+    """Where encoded events differ: (event index) path: got / expected."""
+    out: list[str] = []
+
+    def walk(a, b, path: str) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for k in sorted(set(a) | set(b)):
+                walk(a.get(k), b.get(k), f"{path}/{k}")
+        elif a != b:
+            out.append(f"{path}: {a!r:.200} / {b!r:.200}")
+
+    for i, (a, b) in enumerate(zip(got, expected, strict=False)):
+        walk(json.loads(a), json.loads(b), f"({i})")
+    if len(got) != len(expected):
+        out.append(f"{len(got)} events against {len(expected)}")
+    return out
+
+
 def end_waiting(waiting: Producer, f: Follower, seen: list) -> None:
     """End task 1 of `waiting`, which waits for it to be recorded (not early), and run the
     follower's passes until `seen` holds what the test looks at."""
@@ -605,11 +623,16 @@ def test_a_waiting_producer_is_answered_before_its_tasks_events_are_made(
     staged, the recorder's staging file says they are still to be made; a next recorder,
     should this one die meanwhile, makes them from the task's capture and the store
     (test_recorder_kills): the same events, its content match found again."""
+    import copy
     import shutil
 
-    from roar_core.pipeline import emission
+    from roar_core.pipeline import emission, provenance
+    from roar_core.pipeline.writer import LineageWriter
     from roar_core.recording.follower import STAGED
 
+    # The environment's facts as taken once: not taken again between the events and their
+    # remaking below, should a site-packages directory change meanwhile.
+    monkeypatch.setattr(provenance, "RECHECK_S", 1e9)
     roar = Roar(cfg, send=False)
     f = Follower(roar, session)
     src = tmp_path / "in.txt"
@@ -646,6 +669,14 @@ def test_a_waiting_producer_is_answered_before_its_tasks_events_are_made(
         spool_append(event)
 
     monkeypatch.setattr(roar.spool, "append", append)
+    as_begun = {}  # run id -> its meta as its task log has it (recording settles it)
+    store_task = LineageWriter._store_task
+
+    def keep_meta(self, meta, *args, **kwargs):
+        as_begun.setdefault(meta.run_id, copy.deepcopy(meta))
+        return store_task(self, meta, *args, **kwargs)
+
+    monkeypatch.setattr(LineageWriter, "_store_task", keep_meta)
     answer_stored = f._answer_stored
     monkeypatch.setattr(f, "_answer_stored", lambda task: (told.append(task),
                                                            answer_stored(task)))
@@ -670,8 +701,10 @@ def test_a_waiting_producer_is_answered_before_its_tasks_events_are_made(
         validate_event(e)
     (o,) = mine[-1]["outputs"]
     assert o["facets"]["version"]["datasetVersion"] == "blake3:" + out["digest"]
-    # Made again from the task's capture and the store, as a next recorder would.
+    # Made again from the task's capture and the store, as a next recorder would (from the
+    # task's meta as its log has it).
     (task,) = told
-    again = roar.writer.stored_events(task.meta, task.outcome, task.captured, start=True)
-    assert again == spooled  # byte for byte
+    again = roar.writer.stored_events(as_begun[run_id(1)], task.outcome, task.captured,
+                                      start=True)
+    assert again == spooled, differences(again, spooled)  # byte for byte
     roar.close(timeout=0)
