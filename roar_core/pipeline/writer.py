@@ -100,6 +100,10 @@ class RecordedTask:
     captured: Capture
     inputs: list[emission.Dataset]
     outputs: list[emission.Dataset]
+    # Its events (encoded) that the spool could not take (a full disk), or was not to be
+    # offered (`record`'s `hold`): stored, the task is not done until they are spooled,
+    # in order, by the caller (the recorder keeps them, see Follower._keep_unspooled).
+    unspooled: list[bytes] = field(default_factory=list)
 
     @property
     def io(self) -> TaskIO:
@@ -183,9 +187,17 @@ class LineageWriter:
         self.match_min_size = match_min_size
         self._facts_put = False
 
-    def emit(self, event) -> None:
-        if self.spool is not None:
-            self.spool.append(event)
+    def emit(self, event) -> bool:
+        """Spool one event; False where the spool could not take it (it said why)."""
+        return self.spool is None or self.spool.append(event)
+
+    def spool_events(self, events: list) -> list:
+        """Spool `events` in order; returns those it did not take: the first the spool
+        refused and every one after it (an event never goes out before an earlier one)."""
+        for i, event in enumerate(events):
+            if not self.emit(event):
+                return list(events[i:])
+        return []
 
     def _put_facts(self) -> None:
         """This process's machine and environment, into the store once."""
@@ -194,11 +206,15 @@ class LineageWriter:
                 provenance.machine(), provenance.environment())])
             self._facts_put = True
 
-    def started(self, meta: TaskMeta) -> None:
+    def started(self, meta: TaskMeta, hold: bool = False) -> list[bytes]:
+        """Store the task's start and spool its START; returns the START where it is
+        not spooled (refused, or `hold`: see `RecordedTask.unspooled`)."""
         self._put_facts()
         self.store.start_task_run(_task_run(meta))
-        if self.spool is not None:  # else the engine's own integration sends the events
-            self.emit(emission.start_event(lineage_of(meta)))
+        if self.spool is None:  # the engine's own integration sends the events
+            return []
+        event = encode(emission.start_event(lineage_of(meta)))
+        return [event] if hold else self.spool_events([event])
 
     def _dataset(self, name: str, digest: str | None, size: int | None,
                  lifecycle: str | None = None, via: list[str] | None = None,
@@ -273,7 +289,8 @@ class LineageWriter:
                captured: Capture | None = None,
                before_commit: Callable[[list | None], None] | None = None,
                answer: Callable[[RecordedTask], None] | None = None,
-               stored: Callable[[RecordedTask], None] | None = None) -> RecordedTask:
+               stored: Callable[[RecordedTask], None] | None = None,
+               hold: bool = False) -> RecordedTask:
         """`start`: the task's start was not recorded (`started`) yet: its row goes in with
         its end, one commit, and its START event right before its end's, one spool sync.
         `captured`: the task's versions, taken as it ended (`capture.capture`); without
@@ -289,7 +306,10 @@ class LineageWriter:
         they were), then the events once made, before they are spooled.  A waiting
         producer's answer then waits for the store's rows alone: a 5,000-file task's
         events are ~25 ms of Python that held the GIL from the store's helper thread
-        while it wrote the rows."""
+        while it wrote the rows.
+
+        Events the spool does not take are returned in `unspooled`, with all after them;
+        `hold`: none is offered (the caller still holds an earlier task's)."""
         with gc_paused():
             # With before_commit, its stage is one transaction that commits after it.
             with self.store.batch() if before_commit is not None else nullcontext():
@@ -303,9 +323,11 @@ class LineageWriter:
                 stored(task)
                 events = self._events_after_commit(staged, before_commit)
             if self.spool is not None:
-                with self.spool.batch():  # its START and end: one sync
-                    for event in events:
-                        self.emit(event)
+                if hold:
+                    task.unspooled = events
+                else:
+                    with self.spool.batch():  # its START and end: one sync
+                        task.unspooled = self.spool_events(events)
             return task
 
     def _events_after_commit(self, staged: _Staged,
@@ -347,14 +369,14 @@ class LineageWriter:
     def record_many(self, tasks: list[EndedTask],
                     before_commit: Callable[[list], None] | None = None,
                     answer: Callable[[RecordedTask], None] | None = None,
-                    stored: Callable[[RecordedTask], None] | None = None
-                    ) -> list[RecordedTask]:
+                    stored: Callable[[RecordedTask], None] | None = None,
+                    hold: bool = False) -> list[RecordedTask]:
         """Ended tasks, in one store commit, then their events, in order: for a recorder
         catching up with many short tasks, where a commit each was most of the work (and
         of the disk writes).  All or nothing: a failure (StoreError, or any other) stores
         and sends none of them; record them one by one then (`record`).  `before_commit`:
-        given [(run id, its events)] once staged, before the commit; `answer` and `stored`:
-        as `record`'s."""
+        given [(run id, its events)] once staged, before the commit; `answer`, `stored` and
+        `hold`: as `record`'s (a task's events the spool refused hold all that follow)."""
         with gc_paused():
             # Hashed before the store's write lock is taken (a task without a capture).
             captures = [t.captured or self.capture(t.meta, t.records) for t in tasks]
@@ -368,9 +390,10 @@ class LineageWriter:
             if stored is not None:
                 for task, _ in staged:
                     stored(task)
-            for _, events in staged:
-                for event in events:
-                    self.emit(event)
+            if self.spool is not None:
+                for task, events in staged:
+                    task.unspooled = events if hold else self.spool_events(events)
+                    hold = hold or bool(task.unspooled)
         return [task for task, _ in staged]
 
     def capture(self, meta: TaskMeta, records: list[Record]) -> Capture:

@@ -4,7 +4,9 @@ closed producer left open as ABORT (or, for a `lifetime` task such as an actor, 
 caller's `lifetime_status`), each with the lineage the tracer logs hold.  A task is marked
 recorded in its log only once its events are durable in the spool, so a recorder that dies
 mid-pass is resumed by the next one from those marks: a task it had stored already is
-spooled from the store's record of it, never stored twice.
+spooled from the store's record of it, never stored twice.  A spool that refuses events
+(a full disk) leaves the tasks stored and unmarked, their events kept, staged and offered
+again, in order, until it takes them.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import time
 from collections.abc import Callable, Collection
 from contextlib import ExitStack
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from roar_core.config import clean_path
 from roar_core.heap import gc_paused
@@ -52,6 +54,9 @@ ANSWER_AHEAD_S = 1.0
 ANSWER_AHEAD_MAX = 8
 RETRY_S = 5.0  # a task that could not be recorded is tried again after this, doubling
 RETRY_MAX_S = 300.0
+# Events the spool refused are offered again after this, doubling (up to RETRY_MAX_S): a
+# failed offer costs a failed open, and the tasks' events wait for nothing else.
+RESPOOL_S = 1.0
 # Tasks' events between the store's commit and the spool's sync: a recorder killed in
 # between leaves them for the next one to send (storing the task again would fail, and a
 # task stored without its events would never be sent).
@@ -206,6 +211,11 @@ class Follower:
         self._early: dict[str, tuple[_Followed, Entry]] = {}
         self._waiting: dict[str, tuple[_Followed, Entry]] = {}
         self._answered_now: set[str] = set()  # run ids `_answer_first` answered this pass
+        # Stored tasks' events the spool has not taken yet, in the order they were made
+        # (`_keep_unspooled`): while any is kept, no later event is offered before it.
+        self._unspooled: list[_Unspooled] = []
+        self._respool_at = 0.0
+        self._respool_failures = 0
 
     def poll(self, hinted: Collection[str] = ()) -> int:
         """One pass; returns how many tasks it recorded (lineage, not STARTs).  Everything
@@ -300,9 +310,13 @@ class Follower:
             self._staged_fd = -1
 
     def _unstage(self) -> None:
-        """The staged events are in the spool (written: a kill keeps them)."""
-        if self._staged_fd >= 0:
-            os.ftruncate(self._staged_fd, 0)
+        """The staged events are in the spool (written: a kill keeps them); not while the
+        spool refuses some (`_unspooled`): a next recorder needs them staged."""
+        if self._staged_fd >= 0 and not self._unspooled:
+            try:
+                os.ftruncate(self._staged_fd, 0)
+            except OSError as e:  # sent again by a next recorder, at worst: not a failure
+                log.debug("roar: staged events not cleared: %s", e)
 
     def sync(self) -> None:
         """Make what the passes since the last sync spooled durable, then mark it."""
@@ -363,7 +377,11 @@ class Follower:
     def _record_in_order(self, ready: list[tuple[_Followed, Entry, TaskOutcome]]) -> int:
         from roar_core.pipeline.writer import EndedTask
 
-        ordered = sorted(ready, key=lambda r: r[2].ended_at)
+        # Tasks whose events are kept are stored: offered again, never recorded again.
+        kept = {u.entry.meta.run_id for u in self._unspooled if u.answer is not None}
+        self._respool()
+        ordered = sorted((r for r in ready if r[1].meta.run_id not in kept),
+                         key=lambda r: r[2].ended_at)
         self.held_from = None
         if self.order is not None and ordered:
             ordered = self._hold(ordered)
@@ -396,14 +414,15 @@ class Follower:
                 recorded = self.roar.writer.record_many(
                     [task for _, _, task in tasks], before_commit=self._stage,
                     answer=self._answer_early if self._early else None,
-                    stored=self._answer_stored if self._waiting else None)
-                self._unstage()
+                    stored=self._answer_stored if self._waiting else None,
+                    hold=bool(self._unspooled))
             except Exception as e:  # nothing of them stored: one by one, to lose none
                 log.info("roar: %d tasks not recorded at once (%s); one by one",
                          len(tasks), e)
             else:
                 for (f, entry, _), r in zip(tasks, recorded, strict=True):
-                    self._recorded(f, entry, r)
+                    self._stored(f, entry, r)
+                self._unstage()
                 return len(recorded)
         return sum(self._record(f, entry, task) is not None for f, entry, task in tasks)
 
@@ -496,16 +515,20 @@ class Follower:
         start, entry.started = not entry.started, True
         if run_id in self._restaged and self._restaged[run_id] is None:
             self._restaged[run_id] = self._made_again(f, entry, outcome, start)
-        events = self._restaged.pop(run_id, None)
+        events = self._restaged.pop(run_id, None) or []
+        # What this recorder can say without the predecessor's answer.
+        answer = {"ok": True, "status": status, "error": None, "inputs": [], "outputs": [],
+                  "note": "recorded by an earlier recorder"}
         if events and self.roar.spool is not None:  # staged, maybe not spooled: sent now
             from roar_core.pipeline.emission import Event
 
-            for event in events:  # (made again here: encoded already)
-                self.roar.writer.emit(event if isinstance(event, bytes) else Event(event))
-        # What this recorder can say without the predecessor's answer.
-        self._recorded(f, entry, {"ok": True, "status": status, "error": None,
-                                  "inputs": [], "outputs": [],
-                                  "note": "recorded by an earlier recorder"})
+            # (Made again here: encoded already.)
+            events = [e if isinstance(e, bytes) else Event(e) for e in events]
+            left = events if self._unspooled else self.roar.writer.spool_events(events)
+            if left:
+                self._keep_unspooled(f, entry, left, answer)
+                return True
+        self._recorded(f, entry, answer)
         return True
 
     def _made_again(self, f: _Followed, entry: Entry, outcome: TaskOutcome,
@@ -686,7 +709,9 @@ class Follower:
     def _start(self, f: _Followed, entry: Entry) -> None:
         try:
             self._ensure_workflow(entry.meta)
-            self.roar.writer.started(entry.meta)
+            left = self.roar.writer.started(entry.meta, hold=bool(self._unspooled))
+            if left:  # (its end's events follow it)
+                self._keep_unspooled(f, entry, left, None)
         except Exception as e:  # e.g. a restarted follower: the row is there already
             if self.roar.store.task_run(entry.meta.run_id) is None:
                 log.error("roar: START of task %s (%s) lost: %s", entry.meta.job_name,
@@ -704,8 +729,8 @@ class Follower:
                     task.meta, task.outcome, task.records, captured=task.captured,
                     start=task.start, before_commit=lambda ev: self._stage([(run_id, ev)]),
                     answer=self._answer_early if self._early else None,
-                    stored=self._answer_stored if self._waiting else None)
-                self._unstage()
+                    stored=self._answer_stored if self._waiting else None,
+                    hold=bool(self._unspooled))
             except StoreError:
                 # Its START may be stored already: by a follower that died before marking
                 # it in the task log.  Else the error stands.
@@ -713,15 +738,57 @@ class Follower:
                     raise
                 result = self.roar.writer.record(
                     task.meta, task.outcome, task.records, captured=task.captured,
-                    before_commit=lambda ev: self._stage([(run_id, ev)]))
-                self._unstage()
+                    before_commit=lambda ev: self._stage([(run_id, ev)]),
+                    hold=bool(self._unspooled))
         except Exception as e:  # kept and tried again later; never the follower's end
             if not entry.started:
                 self._start(f, entry)  # its START at least, as a task that began
             self._failed(f, entry, f"{type(e).__name__}: {e}")
             return None
-        self._recorded(f, entry, result)
+        self._stored(f, entry, result)
+        self._unstage()
         return result
+
+    def _stored(self, f: _Followed, entry: Entry, task: RecordedTask) -> None:
+        """A task the store has committed: recorded, or kept until the spool takes its
+        events."""
+        if task.unspooled:
+            self._keep_unspooled(f, entry, task.unspooled, task)
+        else:
+            self._recorded(f, entry, task)
+
+    def _keep_unspooled(self, f: _Followed, entry: Entry, events: list,
+                        answer: RecordedTask | dict | None) -> None:
+        """Keep a stored task's events the spool refused (or was not offered: an earlier
+        one's are kept), staged as well, and offer them again later (`_respool`): storing
+        the task again would record it twice, and marking it recorded would lose them.
+        `answer`: to mark the task recorded with once they are spooled (None: a START,
+        whose task's end comes later)."""
+        if not self._unspooled:
+            self._respool_at = time.monotonic() + RESPOOL_S
+            self._respool_failures = 1
+        self._unspooled.append(_Unspooled(f, entry, list(events), answer))
+        log.error("roar: task %s (%s) stored; %d of its events kept until the OpenLineage "
+                  "spool takes them", entry.meta.job_name, entry.meta.run_id, len(events))
+
+    def _respool(self) -> None:
+        """Offer the kept events again, in order, when due; a task whose events are all
+        in is marked recorded (durable with the pass's sync, as any other)."""
+        if not self._unspooled or time.monotonic() < self._respool_at:
+            return
+        while self._unspooled:
+            u = self._unspooled[0]
+            left = self.roar.writer.spool_events(u.events)
+            if left:
+                u.events[:] = left
+                delay = min(RESPOOL_S * 2 ** self._respool_failures, RETRY_MAX_S)
+                self._respool_failures += 1
+                self._respool_at = time.monotonic() + delay
+                return
+            del self._unspooled[0]
+            if u.answer is not None:
+                self._recorded(u.f, u.entry, u.answer)
+        log.warning("roar: the OpenLineage spool takes events again: the kept ones are in")
 
     def _answer_early(self, task: RecordedTask) -> None:
         """A producer waiting for its task's lineage that asked for it as soon as it is
@@ -847,6 +914,15 @@ class Follower:
         if entry.own_dir:
             f.own_dirs.append(entry.own_dir)
         del f.tasklog.entries[entry.meta.run_id]  # a long-lived worker runs many tasks
+
+
+class _Unspooled(NamedTuple):
+    """A stored task's events the spool has not taken (`Follower._keep_unspooled`)."""
+
+    f: _Followed
+    entry: Entry
+    events: list
+    answer: RecordedTask | dict | None
 
 
 class _Followed:

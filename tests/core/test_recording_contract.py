@@ -589,14 +589,14 @@ def test_a_producer_waiting_for_the_store_is_answered_once_its_task_is_committed
     at_spool = []
     spool_append = roar.spool.append
 
-    def append(event) -> None:  # what the producer and the store have as task 1's end goes
+    def append(event) -> bool:  # what the producer and the store have as task 1's end goes
         e = json.loads(event)
         if e["run"]["runId"] == run_id(1) and e["eventType"] == "COMPLETE":
             marks = [json.loads(line) for line in Path(log1).read_text().splitlines()]
             task = roar.store.task_run(run_id(1))
             at_spool.append((any(m.get("a") == run_id(1) for m in marks),
                              task and task.status))
-        spool_append(event)
+        return spool_append(event)
 
     roar.spool.append = append
     end_waiting(waiting, f, at_spool)
