@@ -55,7 +55,7 @@ class Roar:
                  use_mmap: bool = True, send: bool = True):
         """`internal`: roar's own directories (never lineage); `progress(done, total)`:
         as a task's files are hashed; `send=False`: no sender thread (events go out by
-        `spool.flush` or `send_some`, or by another process)."""
+        `spool.flush`, or by another process: the recorder's sender)."""
         self.config = cfg or config_mod.load()
         c = self.config
         try:

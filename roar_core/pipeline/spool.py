@@ -124,8 +124,6 @@ class Spool:
         self._sent_total = 0
         self._failing = False
         self._hold_logged = False
-        self._failures = 0  # send_some: consecutive failed passes
-        self._retry_at = 0.0  # send_some: no pass before then (time.monotonic)
         self._init_process_state()
         ref = weakref.ref(self)
         atexit.register(_at_exit, ref)
@@ -190,7 +188,7 @@ class Spool:
             if outcome in (_Outcome.DONE, _Outcome.HOLD, _Outcome.TIMEOUT) or not retry:
                 break
             if outcome is _Outcome.BUSY:
-                # Another process is sending this backlog (a recorder between its passes):
+                # Another process is sending this backlog (a recorder's sender):
                 # nothing failed, and its pass ends once it has sent what it found; a
                 # backoff's sleep here (0.25-0.5 s) was most of a Ray job's lineage drain.
                 delay = _BUSY_POLL_S
@@ -204,28 +202,30 @@ class Spool:
             time.sleep(delay)
         return FlushResult(self._sent_total - before, self.pending())
 
-    def send_some(self, timeout: float) -> bool:
-        """Deliver from the caller's thread, for at most `timeout` s, never sleeping: after a
-        failed pass, calls until its backoff has run out return at once.  For a process
-        whose main loop records and sends in turn (start=False): a sender thread beside a
-        recording thread costs both, in CPython, a wait for the GIL at every SQLite call
-        and file write (measured: 2.0 ms of CPU per short task recorded and sent, against
-        1.1 ms in turn).  True: every event this process spooled before the call is
-        delivered (by this call or another process sending from the same directory), or
-        held for good (no transport configured)."""
-        mine = self._writer.position()
-        now = time.monotonic()
-        if now < self._retry_at:
-            return self._delivered(*mine)
-        outcome = self._pass(now + timeout)
-        if outcome is _Outcome.FAILED:
-            self._failures += 1
-            self._retry_at = time.monotonic() + self._backoff(self._failures)
-        else:
-            self._failures = 0
-            self._retry_at = (time.monotonic() + self._idle_rescan
-                              if outcome is _Outcome.HOLD else 0.0)
-        return outcome is _Outcome.HOLD or self._delivered(*mine)
+    def position(self) -> tuple[Path | None, int]:
+        """Where this process's spooling has got to (its segment, bytes written): what
+        `delivered` asks about."""
+        return self._writer.position()
+
+    def delivered(self, position: tuple[Path | None, int]) -> bool:
+        """Is everything this process spooled up to `position` delivered (by whichever
+        process sends from the directory), or held for good (no transport configured)?"""
+        if self._delivered(*position):
+            return True
+        try:
+            return self._get_client() is None
+        except Exception:  # noqa: BLE001 - a bad configuration: nothing is delivered
+            return False
+
+    def start_sender(self) -> None:
+        """Deliver from a thread of this process from now on (a spool made `start=False`,
+        in a process that does nothing else: the recorder's sender)."""
+        self._start = True
+        self._ensure_sender()
+
+    def wake(self) -> None:
+        """New events from another process of this directory: the sender looks now."""
+        self._wake.set()
 
     @staticmethod
     def _delivered(segment: Path | None, upto: int) -> bool:

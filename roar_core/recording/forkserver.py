@@ -256,7 +256,7 @@ def serve(path: str, first: str) -> int:
         os.close(lock)
         return _record(first)
     ident = os.stat(path).st_ino
-    _title("roar_core.recording.forkserver", path)
+    set_title("roar_core.recording.forkserver", path)
     # The directory it was started for is that producer's (`start_detached` starts it in
     # /), and may be a scratch one removed as soon as the producer returns: the first
     # recorder goes there (if it still exists), and the server itself holds no directory.
@@ -346,7 +346,7 @@ def _record(directory: str, cwd: str | None = None) -> int:
         except OSError:
             pass
 
-    _title("roar_core.recording.recorder", directory)
+    set_title("roar_core.recording.recorder", directory)
     return recorder.main([directory])
 
 
@@ -418,7 +418,7 @@ def _fork(listener: socket.socket, request: dict, conn: socket.socket | None = N
             os.chdir("/")  # (a removed directory: the recorder uses absolute paths)
         os.environ.clear()
         os.environ.update(request["env"])
-        _title("roar_core.recording.recorder", directory)
+        set_title("roar_core.recording.recorder", directory)
         fd = os.open(os.devnull, os.O_RDWR)
         os.dup2(fd, 0)
         os.dup2(fd, 1)
@@ -442,7 +442,7 @@ def _fork(listener: socket.socket, request: dict, conn: socket.socket | None = N
             os._exit(code or 0)
 
 
-def _title(module: str, arg: str) -> None:
+def set_title(module: str, arg: str) -> None:
     """The command line `python -m module arg` (what `ps` shows, and how tools find a
     directory's recorder, forked or not)."""
     try:

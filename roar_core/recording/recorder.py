@@ -8,7 +8,9 @@ the first producer), so any producer, or a later recorder, starts the same one. 
 the lowest CPU priority (the tasks come first), untraced, in a session of its own (nobody's
 child: an engine's clean-up of a dying worker's children leaves it alone), and exits once
 every producer of the directory is gone or closed and all they ran is recorded.  Killed,
-it is resumed by the next one from the marks in the task logs.
+it is resumed by the next one from the marks in the task logs.  Its events are delivered by
+a child process of its own (`Sender`): recording and answering never wait on the
+OpenLineage backend.
 
     python -m roar_core.recording.recorder DIRECTORY
 """
@@ -40,8 +42,8 @@ ENDING = "job-ending"  # written at the end of a job: `lifetime` tasks dying now
 LOG = "recorder.log"
 STATUS = "recorder.status"  # when the last pass that held nothing back began (time.time())
 START_DIR = "ROAR_START_DIR"  # the working directory a detached process enters (see below)
-SEND_S = 1.0  # at most this long sending events between two passes
-SEND_EVERY_S = 0.25  # while tasks keep ending: events sent in batches, each with fixed costs
+SEND_EVERY_S = 0.25  # how often a recorder of several nodes' workflow moves its mark on
+FINAL_SEND_S = 30.0  # as the recorder exits: how long its sender tries to deliver what is left
 # While tasks keep ending, the spool is synced once a second, not once a pass: on a
 # journaling file system every fsync also writes out the files the tasks just wrote, and
 # the tasks wait on that (measured: Ray io10 on ext4 1.14 with a sync per pass, 1.08
@@ -298,7 +300,7 @@ def main(argv: list[str]) -> int:
     from roar_core.recording.follower import CausalOrder, Follower
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
-    # It sends the events itself, between passes (Spool.send_some): no sender thread.
+    # No sender thread: its `Sender` child process delivers (forked once it has spooled).
     roar = open_roar(directory, settings)
     ending = os.path.join(directory, ENDING)
     # The workflow run's recorders on other nodes: a consumer's events after its producer's.
@@ -321,8 +323,9 @@ def main(argv: list[str]) -> int:
     # directory would make every Ray worker there list it again for its next task.
     status = os.open(os.path.join(directory, STATUS), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC,
                      0o644)
-    next_send = next_mark = 0.0
+    next_mark = 0.0
     total = 0
+    sender = Sender(roar.spool, directory, lock) if roar.spool is not None else None
     idle_exit_s = float(settings.get("idle_exit_s") or IDLE_EXIT_S)
     settings_path = os.path.join(directory, SETTINGS)
     settings_id = _file_id(settings_path)
@@ -333,23 +336,26 @@ def main(argv: list[str]) -> int:
                 # A producer changed the settings (the CLI's, its configuration): what
                 # ended from now on is recorded with them.
                 follower.sync()
+                if sender is not None:
+                    sender.close(FINAL_SEND_S)
                 roar.close(timeout=0)
                 settings_id = _file_id(settings_path)
                 roar = follower.roar = open_roar(directory)
+                sender = Sender(roar.spool, directory, lock) if roar.spool is not None else None
                 follower.forget_rows()
             began = time.time()
             recorded = follower.poll(hinted)
             total += recorded
             if follower.held_from is None:  # all that ended before `began` is recorded
                 os.pwrite(status, f"{began:<24.6f}".encode(), 0)
-            if not recorded or began >= next_send:
+            if sender is not None:
+                sender.wake()
+            if order is not None and began >= next_mark and (
+                    sender is None or sender.delivered()):
                 # Everything recorded so far out of the spool: our mark can move on.
-                sent = roar.spool.send_some(SEND_S) if roar.spool is not None else True
-                next_send = began + SEND_EVERY_S
-                if order is not None and sent and began >= next_mark:
-                    mark = datetime.fromtimestamp(began, timezone.utc)
-                    order.advance(min(mark, follower.held_from or mark))
-                    next_mark = began + SEND_EVERY_S
+                mark = datetime.fromtimestamp(began, timezone.utc)
+                order.advance(min(mark, follower.held_from or mark))
+                next_mark = began + SEND_EVERY_S
             if recorded:
                 idle_since = time.monotonic()
                 # Passes at least BUSY_PASS_S apart unless a producer waits: a pass has
@@ -368,10 +374,11 @@ def main(argv: list[str]) -> int:
         follower.sync()
         follower.close()
         os.close(status)
+        if sender is not None:
+            sender.close(FINAL_SEND_S)
         if roar.spool is not None:
-            # No retrying: in an outage each recorder would wait the timeout out (and an
-            # engine that waits for it to exit with it); the next sender tries again.
-            roar.spool.flush(30, retry=False)
+            # What its sender could not (none started, or it died): no retrying, as there.
+            roar.spool.flush(FINAL_SEND_S, retry=False)
         if order is not None:
             order.advance(datetime.now(timezone.utc), done=True)
         roar.close(timeout=0)  # its events: flushed above, before the mark said so
@@ -387,6 +394,97 @@ def main(argv: list[str]) -> int:
         # started none: look again now that it is released.
         if _left_over(directory):
             ensure(directory)
+
+
+class Sender:
+    """Delivers the recorder's events from a child process forked from it, with the client
+    and the spool it has: the spool's own sender thread there (its backoff, its rescans of
+    dead processes' segments), woken through a pipe after each pass that spooled.
+
+    Sending between passes, in turn with recording, held every answer behind the send in
+    progress: a backend slow to answer held `run --wait` for the transport's timeout, and a
+    5,000-file task's COMPLETE took ~0.4 s of the client's serializer, which the next
+    task's answer waited out.  A thread beside the recording one costs both the GIL at
+    every SQLite call and file write; another process costs neither.  Its end of file
+    (the recorder exiting, or killed) makes it try once more what is left, and exit."""
+
+    def __init__(self, spool: Any, directory: str, lock_fd: int) -> None:
+        self.spool = spool
+        self.directory = directory
+        self._lock_fd = lock_fd  # the directory's lock: the recorder's alone, not the child's
+        self._pid = 0
+        self._wake_fd = -1
+        self._woken_at: tuple[Any, int] | None = None
+
+    def wake(self) -> None:
+        """New events spooled since the last call: the sender delivers them."""
+        at = self.spool.position()
+        if at[1] == 0 or at == self._woken_at:
+            return
+        self._woken_at = at
+        if not self._alive():
+            self._start()
+        try:
+            os.write(self._wake_fd, b"\0")
+        except OSError:  # a full pipe: it has wake-ups enough to read
+            pass
+
+    def delivered(self) -> bool:
+        """All this recorder spooled so far delivered (or held for good)?"""
+        return self.spool.delivered(self.spool.position())
+
+    def close(self, timeout: float) -> None:
+        """Let the sender try what is left for up to `timeout` s, and wait for it."""
+        if self._pid <= 0:
+            return
+        os.close(self._wake_fd)
+        deadline = time.monotonic() + timeout + 2.0  # (its thread's last send, bounded too)
+        while os.waitpid(self._pid, os.WNOHANG)[0] == 0:
+            if time.monotonic() > deadline:
+                break  # left to finish on its own: nothing of ours waits on it
+            time.sleep(0.01)
+        self._pid = 0
+
+    def _alive(self) -> bool:
+        if self._pid <= 0:
+            return False
+        try:
+            if os.waitpid(self._pid, os.WNOHANG)[0] == 0:
+                return True
+        except ChildProcessError:
+            pass
+        os.close(self._wake_fd)  # it died: another is started
+        self._pid = 0
+        return False
+
+    def _start(self) -> None:
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        pid = os.fork()
+        if pid == 0:  # (the spool forgot the recorder's segment and thread as it forked)
+            try:
+                from roar_core.recording.forkserver import set_title
+
+                # Not a recorder to whoever looks for the directory's (it holds no lock).
+                set_title("roar_core.recording.recorder-sender", self.directory)
+                os.close(w)
+                os.close(self._lock_fd)
+                os.setpriority(os.PRIO_PROCESS, 0, 19)  # after the recorder's own work
+                _send_until_closed(self.spool, r)
+            finally:
+                os._exit(0)
+        os.close(r)
+        self._pid, self._wake_fd = pid, w
+
+
+def _send_until_closed(spool: Any, fd: int) -> None:
+    spool.start_sender()
+    while os.read(fd, 4096):
+        spool.wake()
+    # No retrying: in an outage each recorder would wait the timeout out (and an engine
+    # that waits for it to exit with it); the next sender tries again.
+    spool.flush(FINAL_SEND_S, retry=False)
+    spool.close()
 
 
 def _file_id(path: str) -> tuple[int, int] | None:

@@ -16,11 +16,8 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import shutil
-import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import blake3
@@ -139,92 +136,3 @@ def test_the_next_recorder_finishes_the_run_exactly_once(tmp_path: Path, point: 
     truth = blake3.blake3((cli.cwd / "out.txt").read_bytes()).hexdigest()
     assert complete["outputs"][0]["facets"]["version"]["datasetVersion"] == f"blake3:{truth}"
 
-
-RECORDER = ("import sys\nfrom roar_core.recording import recorder\n"
-            "sys.exit(recorder.main(sys.argv[1:]))")
-
-
-def _rows(home: Path) -> tuple[list[tuple[str, str]], dict[str, int]]:
-    """The store's task runs of the job "copy" (run id, status), and each one's accesses;
-    nothing while the store is not made yet."""
-    if not (home / "lineage.db").exists():
-        return [], {}
-    db = sqlite3.connect(f"file:{home / 'lineage.db'}?mode=ro", uri=True)
-    try:
-        runs = db.execute("SELECT run_id, status FROM task_runs WHERE job_name = 'copy'"
-                          ).fetchall()
-        counts = dict(db.execute("SELECT task_run_id, count(*) FROM accesses GROUP BY "
-                                 "task_run_id").fetchall())
-    except sqlite3.OperationalError:  # its tables not made yet
-        return [], {}
-    finally:
-        db.close()
-    return runs, counts
-
-
-def _until(what, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while not (found := what()):
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-    return found
-
-
-@pytest.mark.parametrize("then", ["spool-back", "recorder-killed"])
-def test_events_the_spool_refuses_are_kept_and_the_task_is_stored_once(
-        tmp_path: Path, then: str) -> None:
-    # A full disk under the home's spool (or any spool that cannot be written) while the
-    # store can be (a PostgreSQL server; free pages in SQLite's file): the recorder stores
-    # the task and cannot spool its events.  It must neither mark the task recorded (its
-    # events would be lost) nor store it again later (its accesses twice).
-    cli = make_cli(tmp_path)
-    cfg = config.load(cwd=cli.cwd, env=cli.env)
-    home = Path(cli.env["ROAR_HOME"])
-    (cli.cwd / "in.txt").write_text("data\n")
-    os.makedirs(cfg.sessions_dir)
-    held = os.open(os.path.join(cfg.sessions_dir, recorder.LOCK), os.O_RDWR | os.O_CREAT)
-    fcntl.flock(held, fcntl.LOCK_EX)
-    try:
-        proc = cli("run", "--job", "copy", "--", "cp", "in.txt", "out.txt")
-        assert proc.returncode == 0, proc.stderr
-    finally:
-        os.close(held)
-    spool = Path(cfg.spool_dir)
-    shutil.rmtree(spool, ignore_errors=True)
-    spool.write_text("")  # no directory: every write into it fails, even as root
-
-    rec = subprocess.Popen([sys.executable, "-c", RECORDER, str(cfg.sessions_dir)],
-                           cwd=cli.cwd, env=cli.env, stderr=subprocess.PIPE)
-    try:
-        ((run_id, status),) = _until(lambda: _rows(home)[0])
-        _until(lambda: _rows(home)[1].get(run_id))
-        time.sleep(1.5)  # an offer again at least (RESPOOL_S), refused as well
-        assert rec.poll() is None, rec.stderr.read() if rec.stderr else ""
-        assert status == "COMPLETE" and _rows(home)[1][run_id] == 2
-        # Stored, and not recorded: its task log still holds it, for whoever spools it.
-        assert [o.run_id for _, o in runner.pending(cfg)] == [run_id]
-        if then == "recorder-killed":
-            rec.kill()
-        spool.unlink()
-        spool.mkdir()
-        if then == "spool-back":
-            _until(lambda: runner.pending(cfg) == [])  # the recorder spooled them itself
-    finally:
-        rec.kill()
-        _, err = rec.communicate(timeout=30)
-    assert b"could not spool an OpenLineage event" in err, err.decode()
-    assert b"Traceback" not in err, err.decode()
-
-    listing = cli("show")  # the next reader drains what is pending
-    assert listing.returncode == 0 and b"Traceback" not in listing.stderr, listing.stderr
-    assert runner.pending(cfg) == [] and tasklog.log_paths(cfg.sessions_dir) == []
-    assert cli.ok("flush").endswith("pending 0\n")
-    events = home / "openlineage" / "events.jsonl"
-    mine = [json.loads(line) for line in events.read_text().splitlines()]
-    assert [e["eventType"] for e in mine if e["run"]["runId"] == run_id] == [
-        "START", "COMPLETE"]
-    # Stored once: one run, its two accesses once each.
-    assert _rows(home) == ([(run_id, "COMPLETE")], {run_id: 2})
-    complete = next(e for e in mine if e["eventType"] == "COMPLETE")
-    truth = blake3.blake3((cli.cwd / "out.txt").read_bytes()).hexdigest()
-    assert complete["outputs"][0]["facets"]["version"]["datasetVersion"] == f"blake3:{truth}"

@@ -520,32 +520,6 @@ def test_a_pass_acks_each_segment_once(
     assert ack == b"%d\n" % segment.stat().st_size
 
 
-def test_sending_from_the_callers_thread_never_sleeps_and_backs_off(
-    make_spool: Callable[..., Spool], endpoint: Endpoint
-) -> None:
-    """A recorder that records and sends in turn (no sender thread): with the backend
-    failing a call returns at once and the next ones do not try again until the backoff
-    has run out; once it is back, what was spooled goes out in order, once."""
-    endpoint.status = lambda event: 503
-    spool = make_spool(start=False, backoff_initial=0.5, backoff_max=0.5)
-    events = lineage_events()
-    for event in events:
-        assert spool.append(event)
-    t0 = time.monotonic()
-    spool.send_some(5.0)  # refused
-    assert endpoint.posts >= 1
-    posts = endpoint.posts
-    for _ in range(20):
-        spool.send_some(5.0)  # within the backoff: not even tried
-    assert time.monotonic() - t0 < 0.25
-    assert spool.pending() == len(events) and endpoint.posts == posts
-    endpoint.status = lambda event: 201
-    time.sleep(0.5)  # the backoff (0.25 to 0.5 s with jitter) runs out
-    spool.send_some(5.0)
-    assert spool.pending() == 0
-    assert [sent_form(e) for e in endpoint.received()] == [sent_form(e) for e in events]
-
-
 def test_flush_waits_out_another_sender_without_a_backoff(
     make_spool: Callable[..., Spool], endpoint: Endpoint, tmp_path: Path
 ) -> None:

@@ -1,0 +1,159 @@
+"""The recorder process against outages: a spool it cannot write (a full disk under the
+home while the store still takes rows: a PostgreSQL server, free pages in SQLite's file)
+and an OpenLineage backend that takes an event and does not answer.  A stored task must
+be neither lost nor stored twice, and no answer may wait on the backend."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import blake3
+import pytest
+
+from roar_core import config
+from roar_core.cli import run as runner
+from roar_core.recording import recorder, tasklog
+from tests.core.test_cli import make_cli
+from tests.core.test_spool import Endpoint
+from tests.olschema import validate_event
+
+RECORDER = ("import sys\nfrom roar_core.recording import recorder\n"
+            "sys.exit(recorder.main(sys.argv[1:]))")
+
+
+def _rows(home: Path) -> tuple[list[tuple[str, str]], dict[str, int]]:
+    """The store's task runs of the job "copy" (run id, status), and each one's accesses;
+    nothing while the store is not made yet."""
+    if not (home / "lineage.db").exists():
+        return [], {}
+    db = sqlite3.connect(f"file:{home / 'lineage.db'}?mode=ro", uri=True)
+    try:
+        runs = db.execute("SELECT run_id, status FROM task_runs WHERE job_name = 'copy'"
+                          ).fetchall()
+        counts = dict(db.execute("SELECT task_run_id, count(*) FROM accesses GROUP BY "
+                                 "task_run_id").fetchall())
+    except sqlite3.OperationalError:  # its tables not made yet
+        return [], {}
+    finally:
+        db.close()
+    return runs, counts
+
+
+def _until(what, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while not (found := what()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+    return found
+
+
+@pytest.mark.parametrize("then", ["spool-back", "recorder-killed"])
+def test_events_the_spool_refuses_are_kept_and_the_task_is_stored_once(
+        tmp_path: Path, then: str) -> None:
+    # A full disk under the home's spool (or any spool that cannot be written) while the
+    # store can be (a PostgreSQL server; free pages in SQLite's file): the recorder stores
+    # the task and cannot spool its events.  It must neither mark the task recorded (its
+    # events would be lost) nor store it again later (its accesses twice).
+    cli = make_cli(tmp_path)
+    cfg = config.load(cwd=cli.cwd, env=cli.env)
+    home = Path(cli.env["ROAR_HOME"])
+    (cli.cwd / "in.txt").write_text("data\n")
+    os.makedirs(cfg.sessions_dir)
+    held = os.open(os.path.join(cfg.sessions_dir, recorder.LOCK), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    try:
+        proc = cli("run", "--job", "copy", "--", "cp", "in.txt", "out.txt")
+        assert proc.returncode == 0, proc.stderr
+    finally:
+        os.close(held)
+    spool = Path(cfg.spool_dir)
+    shutil.rmtree(spool, ignore_errors=True)
+    spool.write_text("")  # no directory: every write into it fails, even as root
+
+    rec = subprocess.Popen([sys.executable, "-c", RECORDER, str(cfg.sessions_dir)],
+                           cwd=cli.cwd, env=cli.env, stderr=subprocess.PIPE)
+    try:
+        ((run_id, status),) = _until(lambda: _rows(home)[0])
+        _until(lambda: _rows(home)[1].get(run_id))
+        time.sleep(1.5)  # an offer again at least (RESPOOL_S), refused as well
+        assert rec.poll() is None, rec.stderr.read() if rec.stderr else ""
+        assert status == "COMPLETE" and _rows(home)[1][run_id] == 2
+        # Stored, and not recorded: its task log still holds it, for whoever spools it.
+        assert [o.run_id for _, o in runner.pending(cfg)] == [run_id]
+        if then == "recorder-killed":
+            rec.kill()
+        spool.unlink()
+        spool.mkdir()
+        if then == "spool-back":
+            _until(lambda: runner.pending(cfg) == [])  # the recorder spooled them itself
+    finally:
+        rec.kill()
+        _, err = rec.communicate(timeout=30)
+    assert b"could not spool an OpenLineage event" in err, err.decode()
+    assert b"Traceback" not in err, err.decode()
+
+    listing = cli("show")  # the next reader drains what is pending
+    assert listing.returncode == 0 and b"Traceback" not in listing.stderr, listing.stderr
+    assert runner.pending(cfg) == [] and tasklog.log_paths(cfg.sessions_dir) == []
+    assert cli.ok("flush").endswith("pending 0\n")
+    events = home / "openlineage" / "events.jsonl"
+    mine = [json.loads(line) for line in events.read_text().splitlines()]
+    assert [e["eventType"] for e in mine if e["run"]["runId"] == run_id] == [
+        "START", "COMPLETE"]
+    # Stored once: one run, its two accesses once each.
+    assert _rows(home) == ([(run_id, "COMPLETE")], {run_id: 2})
+    complete = next(e for e in mine if e["eventType"] == "COMPLETE")
+    truth = blake3.blake3((cli.cwd / "out.txt").read_bytes()).hexdigest()
+    assert complete["outputs"][0]["facets"]["version"]["datasetVersion"] == f"blake3:{truth}"
+
+
+def test_a_backend_that_does_not_answer_holds_no_answer(tmp_path: Path) -> None:
+    # The backend takes the first event and answers only when the test says so (a Marquez
+    # under load, a proxy that hangs), with a transport timeout longer than the test waits.
+    # The recorder sent between its passes: the next `run --wait` waited for that send.
+    held, release = threading.Event(), threading.Event()
+
+    def answer(event: dict) -> int:
+        held.set()
+        release.wait(120)
+        return 201
+
+    endpoint = Endpoint()
+    endpoint.status = answer
+    endpoint.start()
+    try:
+        cli = make_cli(tmp_path)
+        (cli.cwd / "openlineage.yml").write_text(
+            f"transport:\n  type: http\n  url: {endpoint.url}\n  timeout: 120\n")
+        (cli.cwd / "in.txt").write_text("data\n")
+        first = cli("run", "--wait", "--job", "first", "--", "cp", "in.txt", "a.txt")
+        assert first.returncode == 0, first.stderr
+        assert held.wait(30), "the first run's events were never sent"
+        # The backend holds the first event: the next run is recorded and answered anyway.
+        second = cli("run", "--wait", "--job", "second", "--", "cp", "a.txt", "b.txt",
+                     timeout=60)
+        assert second.returncode == 0, second.stderr
+        assert b"b.txt" in second.stderr and not release.is_set()
+        release.set()
+        assert cli.ok("flush").endswith("pending 0\n")
+        got = endpoint.received()
+    finally:
+        release.set()
+        endpoint.stop()
+    for e in got:
+        validate_event(e)
+    jobs = [(e["job"]["name"], e["eventType"]) for e in got]
+    assert jobs == [("first", "START"), ("first", "COMPLETE"), ("second", "START"),
+                    ("second", "COMPLETE")]
+    complete = got[-1]
+    assert complete["outputs"][0]["facets"]["version"]["datasetVersion"] == "blake3:" + (
+        blake3.blake3((cli.cwd / "b.txt").read_bytes()).hexdigest())
