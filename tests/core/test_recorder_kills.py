@@ -26,7 +26,7 @@ import pytest
 from roar_core import config
 from roar_core.cli import run as runner
 from roar_core.recording import recorder, tasklog
-from tests.core.test_cli import make_cli
+from tests.core.test_cli import Cli, make_cli
 
 KILLED_RECORDER = r"""
 import os, signal, sys
@@ -89,12 +89,12 @@ POINTS = ["before-store", "mid-store", "after-store", "mid-spool", "after-spool"
           "older-start", "waited-after-commit", "waited-after-stage"]
 
 
-@pytest.mark.parametrize("point", POINTS)
-def test_the_next_recorder_finishes_the_run_exactly_once(tmp_path: Path, point: str) -> None:
-    cli = make_cli(tmp_path)
+def left_pending(root: Path) -> tuple[Cli, config.Config]:
+    """`roar-core run --job copy -- cp in.txt out.txt` that left its run to a recorder and
+    started none (the recorder's lock held meanwhile: one seemed at it)."""
+    cli = make_cli(root)
     cfg = config.load(cwd=cli.cwd, env=cli.env)
     (cli.cwd / "in.txt").write_text("data\n")
-    # Hold the recorder's lock: `run` leaves its run without starting one (one is at it).
     os.makedirs(cfg.sessions_dir)
     held = os.open(os.path.join(cfg.sessions_dir, recorder.LOCK), os.O_RDWR | os.O_CREAT)
     fcntl.flock(held, fcntl.LOCK_EX)
@@ -104,6 +104,12 @@ def test_the_next_recorder_finishes_the_run_exactly_once(tmp_path: Path, point: 
     finally:
         os.close(held)
     assert len(runner.pending(cfg)) == 1
+    return cli, cfg
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_the_next_recorder_finishes_the_run_exactly_once(tmp_path: Path, point: str) -> None:
+    cli, cfg = left_pending(tmp_path)
 
     killed = subprocess.run([sys.executable, "-c", KILLED_RECORDER, point,
                              str(cfg.sessions_dir)], cwd=cli.cwd, env=cli.env,

@@ -5,9 +5,7 @@ be neither lost nor stored twice, and no answer may wait on the backend."""
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import shutil
 import sqlite3
 import subprocess
@@ -19,10 +17,10 @@ from pathlib import Path
 import blake3
 import pytest
 
-from roar_core import config
 from roar_core.cli import run as runner
-from roar_core.recording import recorder, tasklog
+from roar_core.recording import tasklog
 from tests.core.test_cli import make_cli
+from tests.core.test_recorder_kills import left_pending
 from tests.core.test_spool import Endpoint
 from tests.olschema import validate_event
 
@@ -63,18 +61,8 @@ def test_events_the_spool_refuses_are_kept_and_the_task_is_stored_once(
     # store can be (a PostgreSQL server; free pages in SQLite's file): the recorder stores
     # the task and cannot spool its events.  It must neither mark the task recorded (its
     # events would be lost) nor store it again later (its accesses twice).
-    cli = make_cli(tmp_path)
-    cfg = config.load(cwd=cli.cwd, env=cli.env)
+    cli, cfg = left_pending(tmp_path)
     home = Path(cli.env["ROAR_HOME"])
-    (cli.cwd / "in.txt").write_text("data\n")
-    os.makedirs(cfg.sessions_dir)
-    held = os.open(os.path.join(cfg.sessions_dir, recorder.LOCK), os.O_RDWR | os.O_CREAT)
-    fcntl.flock(held, fcntl.LOCK_EX)
-    try:
-        proc = cli("run", "--job", "copy", "--", "cp", "in.txt", "out.txt")
-        assert proc.returncode == 0, proc.stderr
-    finally:
-        os.close(held)
     spool = Path(cfg.spool_dir)
     shutil.rmtree(spool, ignore_errors=True)
     spool.write_text("")  # no directory: every write into it fails, even as root
