@@ -19,7 +19,7 @@ as a Ray node's.
 
 Prints the producer's time on the task path (begin + end + wait; median, p95) and the
 recorder's CPU per task over the measured tasks (its /proc utime + stime before and after,
-with those of its sender child, which delivers the events),
+with those of its sender child, which delivers the events: both, and each),
 the figure issue 21 bounds at 1 ms.  --no-wait: producers do not wait (as Ray workers and
 Snakemake do); the recorder's CPU per task is then measured once it has caught up (and,
 with --emit, sent the events).
@@ -151,19 +151,20 @@ def _stat(pid: int | str) -> list[str]:
         return f.read().rsplit(")", 1)[1].split()  # fields from the 3rd (state) on
 
 
-def _cpu_s(pid: int) -> float:
-    """CPU of the recorder and of its children: its sender (the events' delivery), alive
-    (/proc) or reaped (its cutime and cstime)."""
+def _cpu_s(pid: int) -> tuple[float, float]:
+    """CPU of the recorder, and of its children: its sender (the events' delivery through
+    the OpenLineage client), alive (/proc) or reaped (the recorder's cutime and cstime)."""
     fields = _stat(pid)
-    ticks = sum(int(x) for x in fields[11:15])
+    own, children = int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
     for child in (p for p in os.listdir("/proc") if p.isdigit()):
         try:
             st = _stat(child)
         except OSError:
             continue
         if int(st[1]) == pid:
-            ticks += int(st[11]) + int(st[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
+            children += int(st[11]) + int(st[12])
+    tick = os.sysconf("SC_CLK_TCK")
+    return own / tick, children / tick
 
 
 def _recorder_pid(session: Path) -> int:
@@ -257,10 +258,12 @@ def main() -> None:
                                 "raw", "-o", args.profile], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
         time.sleep(1.0)
-    cpu0 = _cpu_s(pid)
+    own0, sent0 = _cpu_s(pid)
     results = run(1 + args.warmup, args.tasks)
     caught_up()
-    cpu = _cpu_s(pid) - cpu0
+    own, sent = _cpu_s(pid)
+    own, sent = own - own0, sent - sent0
+    cpu = own + sent
     if spy is not None:
         spy.send_signal(2)
         spy.wait()
@@ -275,7 +278,9 @@ def main() -> None:
           f"p95 {_pct(times, 0.95):.2f} ms, max {max(times):.2f} ms"
           + (f"; {lost} not answered" if lost else ""))
     print(f"recorder CPU per task: {1e3 * cpu / args.tasks:.2f} ms "
-          f"({cpu:.2f} s for {args.tasks}; clock tick {1e3 / os.sysconf('SC_CLK_TCK'):.0f} ms)")
+          f"({cpu:.2f} s for {args.tasks}; clock tick {1e3 / os.sysconf('SC_CLK_TCK'):.0f} ms)"
+          + (f": recording {1e3 * own / args.tasks:.2f} ms, delivery (its sender) "
+             f"{1e3 * sent / args.tasks:.2f} ms" if args.emit else ""))
     if not os.environ.get("BENCH_KEEP"):
         remove_session_dir(session)
         subprocess.run(["rm", "-rf", str(root)], check=False)
