@@ -337,7 +337,7 @@ def main(argv: list[str]) -> int:
                 # ended from now on is recorded with them.
                 follower.sync()
                 if sender is not None:
-                    sender.close(FINAL_SEND_S)
+                    sender.close(0)  # it finishes on its own; the next sender goes on
                 roar.close(timeout=0)
                 settings_id = _file_id(settings_path)
                 roar = follower.roar = open_roar(directory)
@@ -375,13 +375,12 @@ def main(argv: list[str]) -> int:
         follower.close()
         os.close(status)
         if sender is not None:
-            sender.close(FINAL_SEND_S)
-        if roar.spool is not None:
-            # What its sender could not (none started, or it died): no retrying, as there.
-            roar.spool.flush(FINAL_SEND_S, retry=False)
+            sender.wake()  # (one dead since: another, for the last try)
+            # Its last try, and a send its thread had in flight (the transport's timeout).
+            sender.close(FINAL_SEND_S + 15)
         if order is not None:
             order.advance(datetime.now(timezone.utc), done=True)
-        roar.close(timeout=0)  # its events: flushed above, before the mark said so
+        roar.close(timeout=0)  # its events: sent above, before the mark said so
         if os.environ.get("ROAR_DEBUG"):
             cpu = os.times()
             print(f"roar recorder: {total} tasks, {cpu.user + cpu.system:.3f} s CPU "
@@ -434,15 +433,17 @@ class Sender:
         return self.spool.delivered(self.spool.position())
 
     def close(self, timeout: float) -> None:
-        """Let the sender try what is left for up to `timeout` s, and wait for it."""
+        """Tell the sender to make its last try (`FINAL_SEND_S` at most, once for each
+        event: no retrying through an outage) and exit; wait up to `timeout` s for it."""
         if self._pid <= 0:
             return
         os.close(self._wake_fd)
-        deadline = time.monotonic() + timeout + 2.0  # (its thread's last send, bounded too)
-        while os.waitpid(self._pid, os.WNOHANG)[0] == 0:
-            if time.monotonic() > deadline:
-                break  # left to finish on its own: nothing of ours waits on it
-            time.sleep(0.01)
+        deadline = time.monotonic() + timeout
+        try:
+            while os.waitpid(self._pid, os.WNOHANG)[0] == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)  # (left to finish on its own past that: nothing waits on it)
+        except ChildProcessError:
+            pass
         self._pid = 0
 
     def _alive(self) -> bool:
