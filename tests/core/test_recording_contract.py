@@ -710,3 +710,64 @@ def test_a_waiting_producer_is_answered_before_its_tasks_events_are_made(
                                       start=start)
     assert again == made_then, differences(again, made_then)  # byte for byte
     roar.close(timeout=0)
+
+
+def test_events_a_spool_refuses_go_out_later_once_and_in_the_order_made(
+        tmp_path, cfg, session, monkeypatch):
+    """A spool that cannot be written (its directory a plain file: a full disk, as root
+    too) while the store can: task 1's START is recorded as it runs, task 2 then runs
+    whole, then task 1 ends.  All three are stored, none is marked recorded, nothing is
+    spooled; once the spool takes events again, each event goes out once, in the order
+    made (a later one never before a kept one), and the tasks are marked only then."""
+    import shutil
+
+    from roar_core.recording import follower as follower_mod
+    from roar_core.recording.tasklog import TaskLogFile
+
+    monkeypatch.setattr(follower_mod, "RESPOOL_S", 0.0)  # offered again at every pass
+    spool = Path(cfg.spool_dir)
+    spool.parent.mkdir(parents=True, exist_ok=True)
+    spool.write_text("")  # before the spool is made: no segment of it is open
+    roar = Roar(cfg, send=False)
+    f = Follower(roar, session)  # (hold_start_s 0: a START as soon as a pass sees it)
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"s\n")
+    first, second = Producer(session, tmp_path), Producer(session, tmp_path)
+    try:
+        first.do(f"begin {run_id(1)} t1")
+        first.do(f"copy {src} {tmp_path / '1.txt'} 1")
+        f.poll()
+        second.task(2, src, tmp_path / "2.txt", "2")
+        f.poll()
+        first.do(f"end {run_id(1)}")
+        f.poll()
+        f.poll()  # offered again, refused again
+        stored = runs(cfg)
+        assert {r: s for r, (s, _) in stored.items()} == {run_id(1): "COMPLETE",
+                                                          run_id(2): "COMPLETE"}
+        unrecorded = {e.meta.run_id for p in log_paths(session)
+                      for e in TaskLogFile.open(p).unrecorded()}
+        assert unrecorded == {run_id(1), run_id(2)}
+        spool.unlink()
+        spool.mkdir()
+        f.poll()
+        f.sync()
+        assert not [e for p in log_paths(session) for e in TaskLogFile.open(p).unrecorded()]
+    finally:
+        first.kill()
+        second.kill()
+        f.close()
+        roar.close(timeout=0)
+    sent = [json.loads(line)["event"] for seg in sorted(spool.glob("*.jsonl"))
+            for line in seg.read_text().splitlines()]
+    for e in sent:
+        validate_event(e)
+    assert [(e["run"]["runId"], e["eventType"]) for e in sent] == [
+        (run_id(1), "START"), (run_id(2), "START"), (run_id(2), "COMPLETE"),
+        (run_id(1), "COMPLETE")]
+    out = {o["name"]: o["facets"]["version"]["datasetVersion"] for e in sent
+           if e["eventType"] == "COMPLETE" for o in e["outputs"]}
+    assert out == {str(tmp_path / "1.txt"): "blake3:" + digest(b"s\n1"),
+                   str(tmp_path / "2.txt"): "blake3:" + digest(b"s\n2")}
+    assert runs(cfg) == stored  # stored once: nothing of them again
+    shutil.rmtree(spool)
