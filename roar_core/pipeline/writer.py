@@ -191,9 +191,12 @@ class LineageWriter:
         """Spool one event; False where the spool could not take it (it said why)."""
         return self.spool is None or self.spool.append(event)
 
-    def spool_events(self, events: list) -> list:
+    def spool_events(self, events: list, hold: bool = False) -> list:
         """Spool `events` in order; returns those it did not take: the first the spool
-        refused and every one after it (an event never goes out before an earlier one)."""
+        refused and every one after it (an event never goes out before an earlier one).
+        `hold`: none is offered (the caller keeps an earlier one the spool refused)."""
+        if hold:
+            return list(events)
         for i, event in enumerate(events):
             if not self.emit(event):
                 return list(events[i:])
@@ -214,7 +217,7 @@ class LineageWriter:
         if self.spool is None:  # the engine's own integration sends the events
             return []
         event = encode(emission.start_event(lineage_of(meta)))
-        return [event] if hold else self.spool_events([event])
+        return self.spool_events([event], hold)
 
     def _dataset(self, name: str, digest: str | None, size: int | None,
                  lifecycle: str | None = None, via: list[str] | None = None,
@@ -323,11 +326,8 @@ class LineageWriter:
                 stored(task)
                 events = self._events_after_commit(staged, before_commit)
             if self.spool is not None:
-                if hold:
-                    task.unspooled = events
-                else:
-                    with self.spool.batch():  # its START and end: one sync
-                        task.unspooled = self.spool_events(events)
+                with self.spool.batch():  # its START and end: one sync
+                    task.unspooled = self.spool_events(events, hold)
             return task
 
     def _events_after_commit(self, staged: _Staged,
@@ -392,7 +392,7 @@ class LineageWriter:
                     stored(task)
             if self.spool is not None:
                 for task, events in staged:
-                    task.unspooled = events if hold else self.spool_events(events)
+                    task.unspooled = self.spool_events(events, hold)
                     hold = hold or bool(task.unspooled)
         return [task for task, _ in staged]
 

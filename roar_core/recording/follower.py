@@ -524,7 +524,7 @@ class Follower:
 
             # (Made again here: encoded already.)
             events = [e if isinstance(e, bytes) else Event(e) for e in events]
-            left = events if self._unspooled else self.roar.writer.spool_events(events)
+            left = self.roar.writer.spool_events(events, hold=bool(self._unspooled))
             if left:
                 self._keep_unspooled(f, entry, left, answer)
                 return True
