@@ -337,12 +337,13 @@ def main(argv: list[str]) -> int:
                 # ended from now on is recorded with them.
                 follower.sync()
                 if sender is not None:
-                    sender.close(0)  # it finishes on its own; the next sender goes on
+                    sender.close(0)  # it finishes on its own (reaped later); the next goes on
                 roar.close(timeout=0)
                 settings_id = _file_id(settings_path)
                 roar = follower.roar = open_roar(directory)
                 sender = Sender(roar.spool, directory, lock) if roar.spool is not None else None
                 follower.forget_rows()
+            reap_senders()
             began = time.time()
             recorded = follower.poll(hinted)
             total += recorded
@@ -440,8 +441,12 @@ class Sender:
         os.close(self._wake_fd)
         deadline = time.monotonic() + timeout
         try:
-            while os.waitpid(self._pid, os.WNOHANG)[0] == 0 and time.monotonic() < deadline:
-                time.sleep(0.01)  # (left to finish on its own past that: nothing waits on it)
+            while os.waitpid(self._pid, os.WNOHANG)[0] == 0:
+                if time.monotonic() >= deadline:
+                    # Left to finish on its own (nothing waits on it); reaped then.
+                    _LEFT_SENDERS.append(self._pid)
+                    break
+                time.sleep(0.01)
         except ChildProcessError:
             pass
         self._pid = 0
@@ -476,6 +481,21 @@ class Sender:
                 os._exit(0)
         os.close(r)
         self._pid, self._wake_fd = pid, w
+
+
+# Senders closed without waiting for them (`Sender.close`): reaped once they have exited,
+# not left as zombies for the recorder's lifetime (one per change of its settings).
+_LEFT_SENDERS: list[int] = []
+
+
+def reap_senders() -> None:
+    for pid in list(_LEFT_SENDERS):
+        try:
+            gone = os.waitpid(pid, os.WNOHANG)[0] != 0
+        except ChildProcessError:
+            gone = True
+        if gone:
+            _LEFT_SENDERS.remove(pid)
 
 
 def _send_until_closed(spool: Any, fd: int) -> None:

@@ -1,7 +1,8 @@
 """The recorder process against outages: a spool it cannot write (a full disk under the
 home while the store still takes rows: a PostgreSQL server, free pages in SQLite's file)
 and an OpenLineage backend that takes an event and does not answer.  A stored task must
-be neither lost nor stored twice, and no answer may wait on the backend."""
+be neither lost nor stored twice, and no answer may wait on the backend.  And a change of
+its settings (a run with another configuration) under a recorder that runs on."""
 
 from __future__ import annotations
 
@@ -44,6 +45,22 @@ def _rows(home: Path) -> tuple[list[tuple[str, str]], dict[str, int]]:
     finally:
         db.close()
     return runs, counts
+
+
+def _children(pid: int) -> dict[int, str]:
+    """The child processes of `pid`, each with its state ("Z": exited, not reaped)."""
+    out = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        state, ppid = stat[stat.rindex(")") + 2:].split()[:2]
+        if int(ppid) == pid:
+            out[int(d.name)] = state
+    return out
 
 
 def _until(what, timeout: float = 30.0):
@@ -145,3 +162,32 @@ def test_a_backend_that_does_not_answer_holds_no_answer(tmp_path: Path) -> None:
     complete = got[-1]
     assert complete["outputs"][0]["facets"]["version"]["datasetVersion"] == "blake3:" + (
         blake3.blake3((cli.cwd / "b.txt").read_bytes()).hexdigest())
+
+
+def test_a_change_of_settings_leaves_no_sender_unreaped(tmp_path: Path) -> None:
+    # A run with another configuration rewrites the session's settings: the recorder goes
+    # on with a new spool and a new sender, and lets the old sender finish on its own.  It
+    # must reap it then, not keep it as a zombie for its lifetime (one per change).
+    cli, cfg = left_pending(tmp_path)
+    rec = subprocess.Popen([sys.executable, "-c", RECORDER, str(cfg.sessions_dir)],
+                           cwd=cli.cwd, env=cli.env, stderr=subprocess.PIPE)
+    try:
+        _until(lambda: runner.pending(cfg) == [])
+        (first,) = _until(lambda: list(_children(rec.pid)))  # its sender
+        other = dict(cli.env, ROAR_NAMESPACE="elsewhere")
+        again = cli("run", "--wait", "--job", "again", "--", "cp", "in.txt", "again.txt",
+                    env=other)
+        assert again.returncode == 0, again.stderr
+        _until(lambda: first not in _children(rec.pid) or rec.poll() is not None)
+        assert rec.poll() is None, "the old sender was reaped only as the recorder exited"
+        assert "Z" not in _children(rec.pid).values()
+    finally:
+        rec.kill()
+        _, err = rec.communicate(timeout=30)
+    assert b"Traceback" not in err, err.decode()
+    assert cli.ok("flush").endswith("pending 0\n")
+    events = Path(cli.env["ROAR_HOME"]) / "openlineage" / "events.jsonl"
+    jobs = [(e["job"]["namespace"], e["job"]["name"], e["eventType"])
+            for e in map(json.loads, events.read_text().splitlines())]
+    assert jobs == [("roar", "copy", "START"), ("roar", "copy", "COMPLETE"),
+                    ("elsewhere", "again", "START"), ("elsewhere", "again", "COMPLETE")]
