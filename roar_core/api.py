@@ -84,20 +84,31 @@ class Roar:
         """`engine_version`: the engine that runs the workflow, its `processing_engine`
         facet on the workflow run's events."""
         ref = emission.RunRef(self.config.namespace, job_name, run_id or emission.new_run_id())
+        self.workflow_started(ref, engine, facets, engine_version, started_at)
+        return ref
+
+    def workflow_started(self, ref: emission.RunRef, engine: str, facets: dict | None = None,
+                         engine_version: emission.Engine | None = None,
+                         started_at: datetime | None = None, *, stored: bool = False,
+                         hold: bool = False) -> list:
+        """Store a workflow run's start (`stored`: it is, by a recorder that died before it
+        could say its START was spooled) and spool its START; returns the START where it
+        is not spooled (see `LineageWriter.spool_events`)."""
         started = started_at or now()
-        self.store.start_workflow_run(WorkflowRun(ref.run_id, engine, ref.namespace, job_name,
-                                                  started, facets or {}))
+        if not stored:
+            self.store.start_workflow_run(WorkflowRun(ref.run_id, engine, ref.namespace,
+                                                      ref.job_name, started, facets or {}))
         if engine_version is not None:
             self._engines[ref.run_id] = engine_version
-        self.writer.emit(emission.workflow_start(emission.WorkflowLineage(
-            namespace=ref.namespace, job_name=job_name, run_id=ref.run_id, event_time=started,
-            engine=engine_version)))
-        return ref
+        return self.writer.spool_events([emission.workflow_start(emission.WorkflowLineage(
+            namespace=ref.namespace, job_name=ref.job_name, run_id=ref.run_id,
+            event_time=started, engine=engine_version))], hold)
 
     def finish_workflow(self, ref: emission.RunRef, status: str = "COMPLETE",
                         error: str | None = None,
                         engine_version: emission.Engine | None = None,
-                        ended_at: datetime | None = None) -> None:
+                        ended_at: datetime | None = None, *, hold: bool = False) -> list:
+        """Returns its end's event where it is not spooled (see `workflow_started`)."""
         ended = ended_at or now()
         self.store.finish_workflow_run(ref.run_id, status, ended)
         engine = self._engines.pop(ref.run_id, None) or engine_version
@@ -106,7 +117,7 @@ class Roar:
                                      engine=engine)
         make = {"COMPLETE": emission.workflow_complete, "FAIL": emission.workflow_fail,
                 "ABORT": emission.workflow_abort}[status]
-        self.writer.emit(make(w))
+        return self.writer.spool_events([make(w)], hold)
 
     def close(self, timeout: float = 10.0) -> None:
         if self.spool is not None:

@@ -214,10 +214,19 @@ class LineageWriter:
         not spooled (refused, or `hold`: see `RecordedTask.unspooled`)."""
         self._put_facts()
         self.store.start_task_run(_task_run(meta))
+        return self.spool_start(meta, hold)
+
+    def spool_start(self, meta: TaskMeta, hold: bool = False) -> list[bytes]:
+        """Spool the START of a task whose start is stored (by `started`, or by a recorder
+        that died before it could say the START was spooled); returns it where it is not
+        spooled."""
         if self.spool is None:  # the engine's own integration sends the events
             return []
-        event = encode(emission.start_event(lineage_of(meta)))
-        return self.spool_events([event], hold)
+        return self.spool_events([self.start_event(meta)], hold)
+
+    def start_event(self, meta: TaskMeta) -> bytes:
+        """The task's START, encoded."""
+        return encode(emission.start_event(lineage_of(meta)))
 
     def _dataset(self, name: str, digest: str | None, size: int | None,
                  lifecycle: str | None = None, via: list[str] | None = None,

@@ -11,6 +11,7 @@ again, in order, until it takes them.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -205,7 +206,9 @@ class Follower:
         self._born_mono = time.monotonic_ns()
         self._unopened = 0  # logs listed whose header was not complete yet
         self._staged_fd = -1
-        self._restaged = self._read_staged()  # run id -> events a killed recorder staged
+        # Run id -> events a killed recorder staged; the runs (tasks, workflow runs) whose
+        # start it had stored with its START maybe not spooled.
+        self._restaged, self._staged_starts = self._read_staged()
         # Tasks of this pass whose producers asked for an early answer (`_answer_early`),
         # and those whose producers wait for them to be stored (`_answer_stored`).
         self._early: dict[str, tuple[_Followed, Entry]] = {}
@@ -249,26 +252,47 @@ class Follower:
         """The store may have changed (new settings): look for workflow rows again."""
         self._workflow_rows.clear()
 
-    def _read_staged(self) -> dict[str, list | None]:
+    def _read_staged(self) -> tuple[dict[str, list | None], set[str]]:
         """Run id -> the events a killed recorder staged for it; None: it was to make them
-        after its commit (the last line of a run id is what it got to)."""
+        after its commit (the last line of a run id is what it got to).  And the runs
+        whose start it staged (`_stage_start`)."""
         try:
             with open(os.path.join(self.directory, STAGED), "rb") as f:
                 data = f.read()
         except OSError:
-            return {}
+            return {}, set()
         import orjson
 
-        staged = {}
+        staged, starts = {}, set()
         for raw in data.splitlines(keepends=True):
             if not raw.endswith(b"\n"):
                 break  # cut short by a kill: its tasks were not committed
             try:
                 d = orjson.loads(raw)
-                staged[d["r"]] = d["ev"]
-            except (ValueError, KeyError, TypeError):
+                if d.get("s"):
+                    starts.add(d["r"])
+                else:
+                    staged[d["r"]] = d["ev"]
+            except (ValueError, KeyError, TypeError, AttributeError):
                 continue
-        return staged
+        return staged, starts
+
+    def _stage_start(self, run_id: str) -> bool:
+        """Before the store has a run's start (a task's, a workflow run's), until its START
+        is spooled and synced: a recorder that dies meanwhile leaves its start stored and
+        unmarked, and the next one cannot tell from those whether the START went out.
+        False where it cannot be staged (said why)."""
+        if self.roar.spool is None:
+            return True
+        import orjson
+
+        try:
+            self._open_staged()
+            write_all(self._staged_fd, [b'{"r":', orjson.dumps(run_id), b',"s":1}\n'])
+        except OSError as e:
+            log.warning("roar: cannot stage the start of run %s: %s", run_id, e)
+            return False
+        return True
 
     def _stage(self, tasks: list[tuple[str, list[bytes] | None]]) -> None:
         """Keep tasks' events (encoded), before the store commits them, until the spool is
@@ -292,11 +316,14 @@ class Follower:
                     parts.append(b",")
                 parts.append(event)
             parts.append(b"]}\n")
+        self._open_staged()
+        write_all(self._staged_fd, parts)
+
+    def _open_staged(self) -> None:
         if self._staged_fd < 0:
             self._staged_fd = os.open(os.path.join(self.directory, STAGED),
                                       os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
                                       0o644)
-        write_all(self._staged_fd, parts)
 
     def close(self) -> None:
         """Let go of the files it holds open (call `sync` first)."""
@@ -330,7 +357,8 @@ class Follower:
             # All it left is recorded: the log can go (one a task failed in stays, for the
             # next attempt, by us or by the next recorder).
             f.done = f.dead and not f.tasklog.entries and all(
-                w.done for w in f.tasklog.workflows.values())
+                w.done for w in f.tasklog.workflows.values()) and not any(
+                u.f is f for u in self._unspooled)  # (marks to come)
             f.flush_marks()
         for f in unsynced:
             if f.done and self._files.get(f.tasklog.path) is f:
@@ -378,7 +406,8 @@ class Follower:
         from roar_core.pipeline.writer import EndedTask
 
         # Tasks whose events are kept are stored: offered again, never recorded again.
-        kept = {u.entry.meta.run_id for u in self._unspooled if u.answer is not None}
+        kept = {u.entry.meta.run_id for u in self._unspooled if u.answer is not None
+                and u.entry is not None}
         self._respool()
         ordered = sorted((r for r in ready if r[1].meta.run_id not in kept),
                          key=lambda r: r[2].ended_at)
@@ -516,6 +545,9 @@ class Follower:
         if run_id in self._restaged and self._restaged[run_id] is None:
             self._restaged[run_id] = self._made_again(f, entry, outcome, start)
         events = self._restaged.pop(run_id, None) or []
+        if events and start and run_id in self._staged_starts:
+            # Its START went in apart, before its end, and may not be out.
+            events = [self.roar.writer.start_event(entry.meta), *events]
         # What this recorder can say without the predecessor's answer.
         answer = {"ok": True, "status": status, "error": None, "inputs": [], "outputs": [],
                   "note": "recorded by an earlier recorder"}
@@ -584,10 +616,11 @@ class Follower:
     def pending(self) -> int:
         """Logs with work to come: their producers alive, or tasks not recorded and not
         failed yet (a recorder left with only failed tasks may leave: the next one tries
-        them again), and logs not readable yet."""
+        them again), logs with events kept for them, and logs not readable yet."""
         return self._unopened + sum(
             1 for f in self._files.values()
-            if not f.dead or any(not e.failures for e in f.tasklog.entries.values()))
+            if not f.dead or any(not e.failures for e in f.tasklog.entries.values())
+            or any(u.f is f for u in self._unspooled))
 
     def _advance(self, f: _Followed) -> None:
         j = f.tasklog
@@ -649,17 +682,28 @@ class Follower:
                 "engine_version") else None
             if starting:
                 if not w.started:
+                    ref = emission.RunRef(run["namespace"], run["job_name"], run_id)
+                    start = functools.partial(
+                        self.roar.workflow_started, ref, run["engine"], run.get("facets"),
+                        engine, datetime.fromisoformat(run["started_at"]))
+                    left: list = []
+                    self._stage_start(run_id)  # (unstaged: as before this staging)
                     try:
-                        self.roar.start_workflow(
-                            run["job_name"], run["engine"], run_id=run_id,
-                            facets=run.get("facets"), engine_version=engine,
-                            started_at=datetime.fromisoformat(run["started_at"]))
-                    except Exception as e:  # a recorder that died had stored it
+                        left = start(hold=bool(self._unspooled))
+                    except Exception as e:
                         if self.roar.store.workflow_run(run_id) is None:
                             log.error("roar: workflow run %s (%s) not started: %s",
                                       run["job_name"], run_id, e)
+                        elif run_id in self._staged_starts:
+                            # Stored by a recorder that died before it synced the START.
+                            self._staged_starts.discard(run_id)
+                            try:
+                                left = start(stored=True, hold=bool(self._unspooled))
+                            except Exception as e:  # noqa: BLE001
+                                log.error("roar: START of workflow run %s (%s) lost: %s",
+                                          run["job_name"], run_id, e)
                     w.started = True
-                    f.mark({"ws": run_id})
+                    self._mark_spooled(f, None, {"ws": run_id}, left)
                 continue
             if w.ended is None and not f.dead:
                 continue
@@ -667,15 +711,17 @@ class Follower:
                    if e.meta.workflow and e.meta.workflow.run_id == run_id):
                 continue
             status, error, when = w.ended or ("ABORT", "the engine went away", None)
+            left = []
             try:
-                self.roar.finish_workflow(
+                left = self.roar.finish_workflow(
                     emission.RunRef(run["namespace"], run["job_name"], run_id), status,
-                    error=error, engine_version=engine, ended_at=when)
+                    error=error, engine_version=engine, ended_at=when,
+                    hold=bool(self._unspooled))
             except Exception as e:
                 log.error("roar: end of workflow run %s (%s) lost: %s", run["job_name"],
                           run_id, e)
             w.done = True
-            f.mark({"r": run_id})
+            self._mark_spooled(f, None, {"r": run_id}, left)
 
     def _forget(self, f: _Followed) -> None:
         f.close()
@@ -707,17 +753,46 @@ class Follower:
         self._workflow_rows.add(ref.run_id)
 
     def _start(self, f: _Followed, entry: Entry) -> None:
+        if not self._stage_start(entry.meta.run_id):
+            return  # its START goes in with its end
+        left: list = []
         try:
             self._ensure_workflow(entry.meta)
             left = self.roar.writer.started(entry.meta, hold=bool(self._unspooled))
-            if left:  # (its end's events follow it)
-                self._keep_unspooled(f, entry, left, None)
-        except Exception as e:  # e.g. a restarted follower: the row is there already
+        except Exception as e:
             if self.roar.store.task_run(entry.meta.run_id) is None:
                 log.error("roar: START of task %s (%s) lost: %s", entry.meta.job_name,
                           entry.meta.run_id, e)
+            else:  # stored by a recorder that died before marking it
+                left = self._start_again(entry)
         entry.started = True
-        f.mark({"started": entry.meta.run_id})
+        # Marked once spooled: a recorder that dies with it kept leaves it unmarked, to
+        # the next one (its end's events follow it).
+        self._mark_spooled(f, entry, {"started": entry.meta.run_id}, left)
+
+    def _start_again(self, entry: Entry) -> list:
+        """The START of a task whose start a recorder that died before marking it had
+        stored: spooled again where that recorder had not synced it (sent twice, at
+        worst: the spool may have taken it); returns it where it is not spooled."""
+        if entry.meta.run_id not in self._staged_starts:
+            return []  # spooled, synced, then the recorder died before its marks
+        self._stage_start(entry.meta.run_id)  # (ours now, until spooled)
+        self._staged_starts.discard(entry.meta.run_id)
+        try:
+            return self.roar.writer.spool_start(entry.meta, hold=bool(self._unspooled))
+        except Exception as e:  # noqa: BLE001 - the task is recorded without it
+            log.error("roar: START of task %s (%s) lost: %s", entry.meta.job_name,
+                      entry.meta.run_id, e)
+            return []
+
+    def _mark_spooled(self, f: _Followed, entry: Entry | None, mark: dict,
+                      unspooled: list) -> None:
+        """Mark a START (a task's, a workflow run's) or a workflow run's end in its log
+        now, or once the spool has taken what it refused of its events."""
+        if unspooled:
+            self._keep_unspooled(f, entry, unspooled, None, mark)
+        else:
+            f.mark(mark)
 
     def _record(self, f: _Followed, entry: Entry, task: EndedTask) -> RecordedTask | None:
         result = None
@@ -736,6 +811,8 @@ class Follower:
                 # it in the task log.  Else the error stands.
                 if entry.started or self.roar.store.task_run(entry.meta.run_id) is None:
                     raise
+                self._mark_spooled(f, entry, {"started": run_id}, self._start_again(entry))
+                entry.started = True
                 result = self.roar.writer.record(
                     task.meta, task.outcome, task.records, captured=task.captured,
                     before_commit=lambda ev: self._stage([(run_id, ev)]),
@@ -757,19 +834,23 @@ class Follower:
         else:
             self._recorded(f, entry, task)
 
-    def _keep_unspooled(self, f: _Followed, entry: Entry, events: list,
-                        answer: RecordedTask | dict | None) -> None:
+    def _keep_unspooled(self, f: _Followed, entry: Entry | None, events: list,
+                        answer: RecordedTask | dict | None, mark: dict | None = None
+                        ) -> None:
         """Keep a stored task's events the spool refused (or was not offered: an earlier
         one's are kept), staged as well, and offer them again later (`_respool`): storing
         the task again would record it twice, and marking it recorded would lose them.
-        `answer`: to mark the task recorded with once they are spooled (None: a START,
-        whose task's end comes later)."""
+        `answer`: to mark the task recorded with once they are spooled; `mark`: what to
+        mark then instead (a START, a workflow run's: see `_mark_spooled`).  `entry`
+        None: a workflow run's."""
         if not self._unspooled:
             self._respool_at = time.monotonic() + RESPOOL_S
             self._respool_failures = 1
-        self._unspooled.append(_Unspooled(f, entry, list(events), answer))
-        log.error("roar: task %s (%s) stored; %d of its events kept until the OpenLineage "
-                  "spool takes them", entry.meta.job_name, entry.meta.run_id, len(events))
+        self._unspooled.append(_Unspooled(f, entry, list(events), answer, mark))
+        what = (f"task {entry.meta.job_name} ({entry.meta.run_id})" if entry is not None
+                else f"workflow run {next(iter(mark.values())) if mark else ''}")
+        log.error("roar: %s stored; %d of its events kept until the OpenLineage spool "
+                  "takes them", what, len(events))
 
     def _respool(self) -> None:
         """Offer the kept events again, in order, when due; a task whose events are all
@@ -786,6 +867,8 @@ class Follower:
                 self._respool_at = time.monotonic() + delay
                 return
             del self._unspooled[0]
+            if u.mark is not None:
+                u.f.mark(u.mark)
             if u.answer is not None:
                 self._recorded(u.f, u.entry, u.answer)
         log.warning("roar: the OpenLineage spool takes events again: the kept ones are in")
@@ -920,9 +1003,10 @@ class _Unspooled(NamedTuple):
     """A stored task's events the spool has not taken (`Follower._keep_unspooled`)."""
 
     f: _Followed
-    entry: Entry
+    entry: Entry | None  # None: a workflow run's
     events: list
     answer: RecordedTask | dict | None
+    mark: dict | None = None
 
 
 class _Followed:

@@ -39,13 +39,20 @@ PRODUCER = textwrap.dedent('''
     from roar_core.recording.tasklog import TaskLog
     shim = tracer.loaded()
     log = TaskLog(os.environ["ROAR_SESSION_DIR"])
+    workflow = None  # the tasks' workflow run, once one began
     print("ready", flush=True)
     for line in sys.stdin:
         op, *args = line.split()
-        if op == "begin":
+        if op == "wbegin":
+            workflow = {"namespace": "contract", "job_name": "w", "run_id": args[0]}
+            log.workflow_begun({**workflow, "engine": "test",
+                                "started_at": datetime.now(timezone.utc).isoformat()})
+        elif op == "wend":
+            log.workflow_ended(args[0], "COMPLETE")
+        elif op == "begin":
             log.begun({"run_id": args[0], "engine": "test", "namespace": "contract",
                        "job_name": f"w.{args[1]}", "host": os.uname().nodename,
-                       "pid": os.getpid(),
+                       "pid": os.getpid(), "workflow": workflow,
                        "started_at": datetime.now(timezone.utc).isoformat()})
             shim.begin(args[0])
         elif op == "copy":
@@ -768,3 +775,71 @@ def test_events_a_spool_refuses_go_out_later_once_and_in_the_order_made(
     assert out == {str(tmp_path / "1.txt"): "blake3:" + digest(b"s\n1"),
                    str(tmp_path / "2.txt"): "blake3:" + digest(b"s\n2")}
     assert runs(cfg) == stored  # stored once: nothing of them again
+
+
+@pytest.mark.parametrize("then", ["spool-back", "recorder-killed", "ended-recorder-killed"])
+def test_starts_the_spool_refuses_are_neither_lost_nor_marked(tmp_path, cfg, session,
+                                                               monkeypatch, then):
+    """A workflow run and its task begin while the spool refuses events: both STARTs are
+    stored and kept, and neither is marked in the task log before the spool takes it (a
+    recorder killed meanwhile would leave a start marked whose event nobody has).  The
+    next recorder (killed as the task runs, or once its end is stored and kept too), or the
+    same one once the spool is back, sends the workflow's START, then the task's, then its
+    end and the workflow's, each once."""
+    from roar_core.recording import follower as follower_mod
+    from roar_core.recording.tasklog import TaskLogFile
+
+    monkeypatch.setattr(follower_mod, "RESPOOL_S", 0.0)  # offered again at every pass
+    spool = Path(cfg.spool_dir)
+    spool.parent.mkdir(parents=True, exist_ok=True)
+    spool.write_text("")  # before the spool is made: no segment of it is open
+    wf = run_id(100)
+    roar = Roar(cfg, send=False)
+    f = Follower(roar, session)  # (hold_start_s 0: a START as soon as a pass sees it)
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"s\n")
+    p = Producer(session, tmp_path)
+    try:
+        p.do(f"wbegin {wf}")
+        p.do(f"begin {run_id(1)} t1")
+        p.do(f"copy {src} {tmp_path / '1.txt'} 1")
+        f.poll()
+        f.poll()  # offered again, refused again
+        f.sync()  # (what the recorder does after each pass: marks what is spooled)
+        (log,) = [TaskLogFile.open(path) for path in log_paths(session)]
+        assert [e.started for e in log.entries.values()] == [False]
+        assert [w.started for w in log.workflows.values()] == [False]
+        assert runs(cfg)[run_id(1)][0] == "RUNNING"
+        if then == "ended-recorder-killed":
+            p.do(f"end {run_id(1)}")
+            f.poll()
+            f.sync()
+            assert runs(cfg)[run_id(1)][0] == "COMPLETE"
+        if then != "spool-back":
+            f.close()  # its kept events die with it
+            roar.close(timeout=0)
+            roar = Roar(cfg, send=False)
+        spool.unlink()
+        spool.mkdir()
+        if then != "spool-back":
+            f = Follower(roar, session)
+        f.poll()
+        if then != "ended-recorder-killed":
+            p.do(f"end {run_id(1)}")
+        p.do(f"wend {wf}")
+        f.poll()
+        f.sync()
+        assert not [e for path in log_paths(session)
+                    for e in TaskLogFile.open(path).unrecorded()]
+    finally:
+        p.kill()
+        f.close()
+        roar.close(timeout=0)
+    sent = [json.loads(line)["event"] for seg in sorted(spool.glob("*.jsonl"))
+            for line in seg.read_text().splitlines()]
+    for e in sent:
+        validate_event(e)
+    assert [(e["run"]["runId"], e["eventType"]) for e in sent] == [
+        (wf, "START"), (run_id(1), "START"), (run_id(1), "COMPLETE"), (wf, "COMPLETE")]
+    assert runs(cfg) == {run_id(1): ("COMPLETE", {
+        str(tmp_path / "1.txt"): "blake3:" + digest(b"s\n1")})}
