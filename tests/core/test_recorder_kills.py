@@ -7,7 +7,8 @@ running the real loop, killed by SIGKILL at one point of recording: before the s
 inside its transaction, after its commit, between two events spooled, after the spool's
 sync and before the run is marked recorded in its task log; and, as when a producer waits
 for the run (its events made after the commit), after the commit and before the events are
-made, and after they are staged.  Then the user's next command
+made, and after they are staged; and after a START stored alone (a task running long)
+and before it is spooled.  Then the user's next command
 (`roar-core show`, which records what is pending) and `roar-core flush` must leave the run
 stored once, ended, with its START and COMPLETE delivered."""
 
@@ -74,6 +75,11 @@ elif point.startswith("waited-"):
         core.LineageWriter._events = die
     else:  # "waited-after-stage": its events made and staged, none spooled
         spool.Spool.append = die
+elif point == "start-stored":  # a START stored alone (a task that ran long), not spooled
+    def start_only(self, f, entry, task):
+        self._start(f, entry)
+    follower.Follower._record = start_only
+    spool.Spool.append = die
 elif point == "older-start":  # as a recorder of an older roar did: its START stored alone
     from roar_core.pipeline import writer as core
 
@@ -86,7 +92,7 @@ print("not killed")
 """
 
 POINTS = ["before-store", "mid-store", "after-store", "mid-spool", "after-spool",
-          "older-start", "waited-after-commit", "waited-after-stage"]
+          "start-stored", "older-start", "waited-after-commit", "waited-after-stage"]
 
 
 def left_pending(root: Path) -> tuple[Cli, config.Config]:
