@@ -27,7 +27,7 @@ from roar_core.api import Roar
 from roar_core.pipeline import tracer
 from roar_core.recording import recorder
 from roar_core.recording.follower import Follower
-from roar_core.recording.tasklog import log_paths
+from roar_core.recording.tasklog import TaskLogFile, log_paths
 from tests.olschema import validate_event
 
 pytestmark = pytest.mark.skipif(not tracer.status().usable, reason=tracer.status().reason)
@@ -148,6 +148,20 @@ def runs(cfg) -> dict[str, tuple[str, dict[str, str]]]:
                 for r in roar.store.task_runs(limit=100)}
     finally:
         roar.close(timeout=0)
+
+
+def unrecorded(session: Path) -> set[str]:
+    """The tasks the session's logs hold that are not marked recorded."""
+    return {e.meta.run_id for p in log_paths(session) for e in TaskLogFile.open(p).unrecorded()}
+
+
+def spooled(spool: Path) -> list[dict]:
+    """The events in the spool's segments, in order, each valid against the schemas."""
+    sent = [json.loads(line)["event"] for seg in sorted(spool.glob("*.jsonl"))
+            for line in seg.read_text().splitlines()]
+    for e in sent:
+        validate_event(e)
+    return sent
 
 
 def terminal_events(cfg) -> dict[str, list[str]]:
@@ -727,7 +741,6 @@ def test_events_a_spool_refuses_go_out_later_once_and_in_the_order_made(
     is spooled; once the spool takes events again, each event goes out once, in the order
     made (a later one never before a kept one), and the tasks are marked only then."""
     from roar_core.recording import follower as follower_mod
-    from roar_core.recording.tasklog import TaskLogFile
 
     monkeypatch.setattr(follower_mod, "RESPOOL_S", 0.0)  # offered again at every pass
     spool = Path(cfg.spool_dir)
@@ -750,23 +763,18 @@ def test_events_a_spool_refuses_go_out_later_once_and_in_the_order_made(
         stored = runs(cfg)
         assert {r: s for r, (s, _) in stored.items()} == {run_id(1): "COMPLETE",
                                                           run_id(2): "COMPLETE"}
-        unrecorded = {e.meta.run_id for p in log_paths(session)
-                      for e in TaskLogFile.open(p).unrecorded()}
-        assert unrecorded == {run_id(1), run_id(2)}
+        assert unrecorded(session) == {run_id(1), run_id(2)}
         spool.unlink()
         spool.mkdir()
         f.poll()
         f.sync()
-        assert not [e for p in log_paths(session) for e in TaskLogFile.open(p).unrecorded()]
+        assert not unrecorded(session)
     finally:
         first.kill()
         second.kill()
         f.close()
         roar.close(timeout=0)
-    sent = [json.loads(line)["event"] for seg in sorted(spool.glob("*.jsonl"))
-            for line in seg.read_text().splitlines()]
-    for e in sent:
-        validate_event(e)
+    sent = spooled(spool)
     assert [(e["run"]["runId"], e["eventType"]) for e in sent] == [
         (run_id(1), "START"), (run_id(2), "START"), (run_id(2), "COMPLETE"),
         (run_id(1), "COMPLETE")]
@@ -787,7 +795,6 @@ def test_starts_the_spool_refuses_are_neither_lost_nor_marked(tmp_path, cfg, ses
     same one once the spool is back, sends the workflow's START, then the task's, then its
     end and the workflow's, each once."""
     from roar_core.recording import follower as follower_mod
-    from roar_core.recording.tasklog import TaskLogFile
 
     monkeypatch.setattr(follower_mod, "RESPOOL_S", 0.0)  # offered again at every pass
     spool = Path(cfg.spool_dir)
@@ -829,17 +836,12 @@ def test_starts_the_spool_refuses_are_neither_lost_nor_marked(tmp_path, cfg, ses
         p.do(f"wend {wf}")
         f.poll()
         f.sync()
-        assert not [e for path in log_paths(session)
-                    for e in TaskLogFile.open(path).unrecorded()]
+        assert not unrecorded(session)
     finally:
         p.kill()
         f.close()
         roar.close(timeout=0)
-    sent = [json.loads(line)["event"] for seg in sorted(spool.glob("*.jsonl"))
-            for line in seg.read_text().splitlines()]
-    for e in sent:
-        validate_event(e)
-    assert [(e["run"]["runId"], e["eventType"]) for e in sent] == [
+    assert [(e["run"]["runId"], e["eventType"]) for e in spooled(spool)] == [
         (wf, "START"), (run_id(1), "START"), (run_id(1), "COMPLETE"), (wf, "COMPLETE")]
     assert runs(cfg) == {run_id(1): ("COMPLETE", {
         str(tmp_path / "1.txt"): "blake3:" + digest(b"s\n1")})}
