@@ -13,6 +13,7 @@ Tasks reach it one way only: their producers' task logs, followed by the recorde
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterable
 from datetime import datetime
@@ -24,6 +25,8 @@ from roar_core.pipeline.hashing import Hasher, StatCache
 from roar_core.pipeline.spool import Spool
 from roar_core.pipeline.store import Store, StoreError, WorkflowRun
 from roar_core.pipeline.writer import LineageWriter, now
+
+log = logging.getLogger(__name__)
 
 
 def default_client(cfg: config_mod.Config, create: bool = True):
@@ -74,6 +77,9 @@ class Roar:
         self.writer = LineageWriter(self.store, self.spool, self.hasher, keep, c.file_host,
                                     progress, match_min_size=c.match_min_size)
         self._engines: dict[str, emission.Engine] = {}  # workflow run -> its engine
+        # Workflow events of callers in this process (Ray's driver) the spool refused:
+        # offered again, in order, before the next one and at `close`.
+        self._kept: list = []
 
     # ---- workflow runs ---------------------------------------------------------------
 
@@ -84,8 +90,15 @@ class Roar:
         """`engine_version`: the engine that runs the workflow, its `processing_engine`
         facet on the workflow run's events."""
         ref = emission.RunRef(self.config.namespace, job_name, run_id or emission.new_run_id())
-        self.workflow_started(ref, engine, facets, engine_version, started_at)
+        self._kept += self.workflow_started(ref, engine, facets, engine_version, started_at,
+                                            hold=self._offer_kept())
         return ref
+
+    def _offer_kept(self) -> bool:
+        """Offer the kept workflow events again; True while some are still refused."""
+        if self._kept:
+            self._kept = self.writer.spool_events(self._kept)
+        return bool(self._kept)
 
     def workflow_started(self, ref: emission.RunRef, engine: str, facets: dict | None = None,
                          engine_version: emission.Engine | None = None,
@@ -107,8 +120,16 @@ class Roar:
     def finish_workflow(self, ref: emission.RunRef, status: str = "COMPLETE",
                         error: str | None = None,
                         engine_version: emission.Engine | None = None,
-                        ended_at: datetime | None = None, *, hold: bool = False) -> list:
-        """Returns its end's event where it is not spooled (see `workflow_started`)."""
+                        ended_at: datetime | None = None) -> None:
+        self._kept += self.workflow_finished(ref, status, error, engine_version, ended_at,
+                                             hold=self._offer_kept())
+
+    def workflow_finished(self, ref: emission.RunRef, status: str = "COMPLETE",
+                          error: str | None = None,
+                          engine_version: emission.Engine | None = None,
+                          ended_at: datetime | None = None, *, hold: bool = False) -> list:
+        """Store a workflow run's end and spool its event; returns it where it is not
+        spooled (see `workflow_started`)."""
         ended = ended_at or now()
         self.store.finish_workflow_run(ref.run_id, status, ended)
         engine = self._engines.pop(ref.run_id, None) or engine_version
@@ -120,6 +141,9 @@ class Roar:
         return self.writer.spool_events([make(w)], hold)
 
     def close(self, timeout: float = 10.0) -> None:
+        if self._offer_kept():
+            log.error("roar: %d workflow event(s) lost: the OpenLineage spool %s refuses "
+                      "them", len(self._kept), self.config.spool_dir)
         if self.spool is not None:
             if timeout > 0:
                 self.spool.flush(timeout)

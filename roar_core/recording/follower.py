@@ -713,7 +713,7 @@ class Follower:
             status, error, when = w.ended or ("ABORT", "the engine went away", None)
             left = []
             try:
-                left = self.roar.finish_workflow(
+                left = self.roar.workflow_finished(
                     emission.RunRef(run["namespace"], run["job_name"], run_id), status,
                     error=error, engine_version=engine, ended_at=when,
                     hold=bool(self._unspooled))

@@ -7,6 +7,8 @@ its settings (a run with another configuration) under a recorder that runs on.""
 from __future__ import annotations
 
 import json
+import logging
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -18,6 +20,8 @@ from pathlib import Path
 import blake3
 import pytest
 
+from roar_core import config
+from roar_core.api import Roar
 from roar_core.cli import run as runner
 from roar_core.recording import tasklog
 from tests.core.test_cli import make_cli
@@ -191,3 +195,50 @@ def test_a_change_of_settings_leaves_no_sender_unreaped(tmp_path: Path) -> None:
             for e in map(json.loads, events.read_text().splitlines())]
     assert jobs == [("roar", "copy", "START"), ("roar", "copy", "COMPLETE"),
                     ("elsewhere", "again", "START"), ("elsewhere", "again", "COMPLETE")]
+
+
+def test_an_in_process_workflow_start_the_spool_refuses_goes_out_before_its_end(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Ray's driver starts and ends its workflow run itself (`Roar.start_workflow`).  A START
+    # the spool refuses is kept and offered again before the run's end, not dropped; what
+    # is still refused when the Roar closes is said to be lost.
+    for k in list(os.environ):
+        if k.startswith("OPENLINEAGE"):
+            monkeypatch.delenv(k)
+    cfg = config.load(cwd=tmp_path, env={}, home=str(tmp_path / "home"))
+    spool = Path(cfg.spool_dir)
+    spool.parent.mkdir(parents=True)
+    spool.write_text("")  # no directory: every write into it fails, even as root
+    roar = Roar(cfg, send=False)
+    try:
+        back = roar.start_workflow("driver", engine="ray")
+        spool.unlink()
+        spool.mkdir()
+        roar.finish_workflow(back, "COMPLETE")
+        assert roar.spool.flush(10).pending == 0
+    finally:
+        roar.close(timeout=0)
+    shutil.rmtree(spool)
+    spool.write_text("")
+    roar = Roar(cfg, send=False)  # (a new spool: none of its segments is open)
+    try:
+        lost = roar.start_workflow("driver", engine="ray")
+        roar.finish_workflow(lost, "FAIL")
+    finally:
+        with caplog.at_level(logging.ERROR):
+            roar.close(timeout=0)
+    got = [json.loads(line) for line in
+           (Path(cfg.home) / "openlineage" / "events.jsonl").read_text().splitlines()]
+    for e in got:
+        validate_event(e)
+    assert [(e["run"]["runId"], e["eventType"]) for e in got] == [
+        (back.run_id, "START"), (back.run_id, "COMPLETE")]
+    assert "2 workflow event(s) lost" in caplog.text
+    spool.unlink()
+    roar = Roar(cfg, send=False)
+    try:
+        assert roar.store.workflow_run(back.run_id).status == "COMPLETE"
+        assert roar.store.workflow_run(lost.run_id).status == "FAIL"  # stored all the same
+    finally:
+        roar.close(timeout=0)
