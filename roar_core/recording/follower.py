@@ -694,14 +694,11 @@ class Follower:
                         if self.roar.store.workflow_run(run_id) is None:
                             log.error("roar: workflow run %s (%s) not started: %s",
                                       run["job_name"], run_id, e)
-                        elif run_id in self._staged_starts:
-                            # Stored by a recorder that died before it synced the START.
-                            self._staged_starts.discard(run_id)
-                            try:
-                                left = start(stored=True, hold=bool(self._unspooled))
-                            except Exception as e:  # noqa: BLE001
-                                log.error("roar: START of workflow run %s (%s) lost: %s",
-                                          run["job_name"], run_id, e)
+                        else:  # stored by a recorder that died before marking it
+                            left = self._start_again(
+                                run_id, f"workflow run {run['job_name']} ({run_id})",
+                                functools.partial(start, stored=True,
+                                                  hold=bool(self._unspooled)))
                     w.started = True
                     self._mark_spooled(f, None, {"ws": run_id}, left)
                 continue
@@ -764,25 +761,31 @@ class Follower:
                 log.error("roar: START of task %s (%s) lost: %s", entry.meta.job_name,
                           entry.meta.run_id, e)
             else:  # stored by a recorder that died before marking it
-                left = self._start_again(entry)
+                left = self._task_start_again(entry)
         entry.started = True
         # Marked once spooled: a recorder that dies with it kept leaves it unmarked, to
         # the next one (its end's events follow it).
         self._mark_spooled(f, entry, {"started": entry.meta.run_id}, left)
 
-    def _start_again(self, entry: Entry) -> list:
-        """The START of a task whose start a recorder that died before marking it had
-        stored: spooled again where that recorder had not synced it (sent twice, at
-        worst: the spool may have taken it); returns it where it is not spooled."""
-        if entry.meta.run_id not in self._staged_starts:
+    def _task_start_again(self, entry: Entry) -> list:
+        return self._start_again(
+            entry.meta.run_id, f"task {entry.meta.job_name} ({entry.meta.run_id})",
+            functools.partial(self.roar.writer.spool_start, entry.meta,
+                              hold=bool(self._unspooled)))
+
+    def _start_again(self, run_id: str, what: str, spool: Callable[[], list]) -> list:
+        """The START of a run (a task, a workflow run) whose start a recorder that died
+        before marking it had stored: spooled again (`spool()`) where that recorder had
+        not synced it (sent twice, at worst: the spool may have taken it); returns it
+        where it is not spooled."""
+        if run_id not in self._staged_starts:
             return []  # spooled, synced, then the recorder died before its marks
-        self._stage_start(entry.meta.run_id)  # (ours now, until spooled)
-        self._staged_starts.discard(entry.meta.run_id)
+        self._stage_start(run_id)  # (ours now, until spooled)
+        self._staged_starts.discard(run_id)
         try:
-            return self.roar.writer.spool_start(entry.meta, hold=bool(self._unspooled))
-        except Exception as e:  # noqa: BLE001 - the task is recorded without it
-            log.error("roar: START of task %s (%s) lost: %s", entry.meta.job_name,
-                      entry.meta.run_id, e)
+            return spool()
+        except Exception as e:  # noqa: BLE001 - the run is recorded without it
+            log.error("roar: START of %s lost: %s", what, e)
             return []
 
     def _mark_spooled(self, f: _Followed, entry: Entry | None, mark: dict,
@@ -811,7 +814,8 @@ class Follower:
                 # it in the task log.  Else the error stands.
                 if entry.started or self.roar.store.task_run(entry.meta.run_id) is None:
                     raise
-                self._mark_spooled(f, entry, {"started": run_id}, self._start_again(entry))
+                self._mark_spooled(f, entry, {"started": run_id},
+                                   self._task_start_again(entry))
                 entry.started = True
                 result = self.roar.writer.record(
                     task.meta, task.outcome, task.records, captured=task.captured,

@@ -440,25 +440,19 @@ class Sender:
             return
         os.close(self._wake_fd)
         deadline = time.monotonic() + timeout
-        try:
-            while os.waitpid(self._pid, os.WNOHANG)[0] == 0:
-                if time.monotonic() >= deadline:
-                    # Left to finish on its own (nothing waits on it); reaped then.
-                    _LEFT_SENDERS.append(self._pid)
-                    break
-                time.sleep(0.01)
-        except ChildProcessError:
-            pass
+        while not _exited(self._pid):
+            if time.monotonic() >= deadline:
+                # Left to finish on its own (nothing waits on it); reaped then.
+                _LEFT_SENDERS.append(self._pid)
+                break
+            time.sleep(0.01)
         self._pid = 0
 
     def _alive(self) -> bool:
         if self._pid <= 0:
             return False
-        try:
-            if os.waitpid(self._pid, os.WNOHANG)[0] == 0:
-                return True
-        except ChildProcessError:
-            pass
+        if not _exited(self._pid):
+            return True
         os.close(self._wake_fd)  # it died: another is started
         self._pid = 0
         return False
@@ -489,13 +483,15 @@ _LEFT_SENDERS: list[int] = []
 
 
 def reap_senders() -> None:
-    for pid in list(_LEFT_SENDERS):
-        try:
-            gone = os.waitpid(pid, os.WNOHANG)[0] != 0
-        except ChildProcessError:
-            gone = True
-        if gone:
-            _LEFT_SENDERS.remove(pid)
+    _LEFT_SENDERS[:] = [pid for pid in _LEFT_SENDERS if not _exited(pid)]
+
+
+def _exited(pid: int) -> bool:
+    """Whether our child `pid` has exited (reaped now if so)."""
+    try:
+        return os.waitpid(pid, os.WNOHANG)[0] != 0
+    except ChildProcessError:  # reaped already
+        return True
 
 
 def _send_until_closed(spool: Any, fd: int) -> None:
