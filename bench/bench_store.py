@@ -5,6 +5,7 @@
     python bench/bench_store.py --floor [--tasks 6] [--files 5000] [--rounds 3]
     python bench/bench_store.py --memory 160
     python bench/bench_store.py --statement-rows 2048,512,128,64,32 128,64,32 [--rounds 4]
+    python bench/bench_store.py --checkpoints [--tasks 8] [--files 5000] [--small 1000]
 
 Each task's end goes in as the recorder writes it (`Store.finish_task_run` in a batch: its
 start row, its accesses, its versions), with random digests (every file new content).
@@ -27,6 +28,12 @@ rest (the driver keeps the statements it ran: one per remainder piled up).
 
 --statement-rows: the same big tasks written with each list of rows per multi-row statement
 (`_STATEMENT_ROWS`), the first the baseline, interleaved, a new store each.
+
+--checkpoints: the same big tasks, and --small 2-file tasks committed one by one, with
+SQLite's checkpoints in the commit that takes the log past 1,000 pages (the baseline), and
+as a recorder's store (`idle_checkpoints`) checkpointed between tasks: after each big one,
+after every 100 small ones (a busy recorder's CHECKPOINT_S); interleaved, a new store each.
+Per task: what its commit path took (what an answer waits for) and, apart, the checkpoints.
 
 --page-sizes: the same sequence of big tasks, and --small tasks of 2 files each (one reads
 the previous one's output) committed one by one as a recorder answering each task as it
@@ -55,11 +62,14 @@ from roar_core.pipeline import store as S  # noqa: E402
 from roar_core.pipeline.store_records import Access, TaskRun  # noqa: E402
 
 
-def record(home: Path, tasks: int, files: int, default_cache: bool) -> list[float]:
+def record(home: Path, tasks: int, files: int, default_cache: bool,
+           checkpoints: list[float] | None = None) -> list[float]:
+    """Seconds per task; `checkpoints`: the store checkpoints between tasks (as a recorder's
+    does), each one's seconds appended there."""
     made = S._sqlite_engine
 
-    def engine(url):
-        e = made(url)
+    def engine(url, *args):
+        e = made(url, *args)
         if default_cache:
             @event.listens_for(e, "connect")
             def _default(dbapi_conn, _record) -> None:
@@ -68,7 +78,7 @@ def record(home: Path, tasks: int, files: int, default_cache: bool) -> list[floa
 
     S._sqlite_engine = engine
     try:
-        store = S.Store.open(home=home)
+        store = S.Store.open(home=home, idle_checkpoints=checkpoints is not None)
     finally:
         S._sqlite_engine = made
     took = []
@@ -84,14 +94,23 @@ def record(home: Path, tasks: int, files: int, default_cache: bool) -> list[floa
                 store.finish_task_run(run_id, "COMPLETE", now, accesses=accesses,
                                       started=TaskRun(run_id, "cli", "bench", "job", now))
             took.append(time.perf_counter() - t0)
+            if checkpoints is not None:
+                _checkpoint(store, checkpoints)
     finally:
         store.close()
     return took
 
 
-def small(home: Path, tasks: int) -> list[float]:
-    """Seconds per task of `tasks` 2-file tasks, a commit each."""
-    store = S.Store.open(home=home)
+def _checkpoint(store: S.Store, took: list[float]) -> None:
+    t0 = time.perf_counter()
+    store.checkpoint()
+    took.append(time.perf_counter() - t0)
+
+
+def small(home: Path, tasks: int, checkpoints: list[float] | None = None) -> list[float]:
+    """Seconds per task of `tasks` 2-file tasks, a commit each; `checkpoints`: as `record`'s,
+    after every 100 tasks."""
+    store = S.Store.open(home=home, idle_checkpoints=checkpoints is not None)
     took = []
     try:
         prev = None
@@ -109,6 +128,8 @@ def small(home: Path, tasks: int) -> list[float]:
                                       started=TaskRun(run_id, "cli", "bench", "job", now))
             took.append(time.perf_counter() - t0)
             prev = out
+            if checkpoints is not None and t % 100 == 99:
+                _checkpoint(store, checkpoints)
     finally:
         store.close()
     return took
@@ -216,6 +237,39 @@ def memory_child(args: argparse.Namespace, root: Path) -> None:
     print(" ".join(f"{x:.0f}" for x in seen))
 
 
+def checkpoints(args: argparse.Namespace, root: Path) -> None:
+    kinds = ("in the commit (SQLite's default)", "between tasks (a recorder's store)")
+    res = {k: {"small": [], "big": [], "small ckpt": [], "big ckpt": []} for k in kinds}
+    for r in range(args.rounds):
+        for i, k in enumerate(kinds if r % 2 == 0 else kinds[::-1]):
+            idle = k == kinds[1]
+            home = root / f"{r}-{i}"
+            got = res[k]
+            got["small"] += small(home / "small", args.small,
+                                  got["small ckpt"] if idle else None)
+            got["big"] += record(home / "big", args.tasks, args.files, False,
+                                 got["big ckpt"] if idle else None)
+            shutil.rmtree(home)
+        print(f"round {r + 1} done", file=sys.stderr)
+    med, mean = statistics.median, statistics.mean
+
+    def line(xs: list[float], ck: list[float], n: int, unit: float) -> str:
+        q = statistics.quantiles(xs, n=100, method="inclusive")
+        return (f"median {unit * med(xs):7.1f}  mean {unit * mean(xs):7.1f}  p99 "
+                f"{unit * q[98]:7.1f}  max {unit * max(xs):7.1f}  (+ checkpoints apart: "
+                f"{unit * sum(ck) / n:.1f} per task)")
+
+    print(f"checkpoints: {args.rounds} rounds, a new store each")
+    for what, n, unit, name in (("small", args.small, 1e6, f"{args.small} tasks of 2 files "
+                                 "(us per task)"),
+                                ("big", args.tasks, 1e3, f"{args.tasks} tasks of "
+                                 f"{args.files:,} new files (ms per task)")):
+        print(f" {name}")
+        for k in kinds:
+            got = res[k]
+            print(f"  {k:<36} {line(got[what], got[what + ' ckpt'], n * args.rounds, unit)}")
+
+
 def page_sizes(args: argparse.Namespace, root: Path) -> None:
     sizes = [int(x) for x in args.page_sizes.split(",")]
     res: dict[int, dict[str, list[float]]] = {n: {"small": [], "big": []} for n in sizes}
@@ -277,7 +331,9 @@ def main() -> int:
     ap.add_argument("--page-sizes", metavar="N,N...",
                     help="compare new stores made with these page sizes (the first: baseline)")
     ap.add_argument("--small", type=int, default=1000,
-                    help="with --page-sizes: 2-file tasks per round")
+                    help="with --page-sizes or --checkpoints: 2-file tasks per round")
+    ap.add_argument("--checkpoints", action="store_true",
+                    help="checkpoints in the commit against between tasks (a recorder's)")
     ap.add_argument("--floor", action="store_true",
                     help="roar's store against sqlite3 inserting the same rows, per file")
     ap.add_argument("--memory", type=int, metavar="N",
@@ -289,7 +345,8 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="roar-bench-store-", dir=args.tmp))
     mode = (page_sizes if args.page_sizes else floor if args.floor else memory if args.memory
             else memory_child if args.memory_child is not None
-            else statement_rows if args.statement_rows else None)
+            else statement_rows if args.statement_rows
+            else checkpoints if args.checkpoints else None)
     if mode is not None:
         try:
             mode(args, root)

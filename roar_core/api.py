@@ -55,17 +55,19 @@ class Roar:
     def __init__(self, cfg: config_mod.Config | None = None, *,
                  internal: Iterable[str | os.PathLike] = (), client=None,
                  progress: Callable[[int, int], None] | None = None,
-                 use_mmap: bool = True, send: bool = True):
+                 use_mmap: bool = True, send: bool = True, idle_checkpoints: bool = False):
         """`internal`: roar's own directories (never lineage); `progress(done, total)`:
         as a task's files are hashed; `send=False`: no sender thread (events go out by
-        `spool.flush`, or by another process: the recorder's sender)."""
+        `spool.flush`, or by another process: the recorder's sender);
+        `idle_checkpoints`: the caller checkpoints the store (`Store.open`)."""
         self.config = cfg or config_mod.load()
         c = self.config
         try:
             os.makedirs(c.home, exist_ok=True)
         except OSError as e:
             raise StoreError(f"cannot create roar home {c.home}: {e.strerror or e}") from None
-        self.store = Store.open(url=c.database_url, home=c.home)
+        self.store = Store.open(url=c.database_url, home=c.home,
+                                idle_checkpoints=idle_checkpoints)
         # send=False: no sender thread; events are delivered by `spool.flush` (or later by
         # another process) only.
         self.spool = (Spool(c.spool_dir, client=client or default_client(c), start=send)

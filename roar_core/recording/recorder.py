@@ -42,6 +42,9 @@ ENDING = "job-ending"  # written at the end of a job: `lifetime` tasks dying now
 LOG = "recorder.log"
 STATUS = "recorder.status"  # when the last pass that held nothing back began (time.time())
 START_DIR = "ROAR_START_DIR"  # the working directory a detached process enters (see below)
+# While busy, the store's write-ahead log is copied into the database at most this often
+# (and whenever a pass found nothing to do): tasks' commits do not (`Store.open`).
+CHECKPOINT_S = 2.0
 SEND_EVERY_S = 0.25  # how often a recorder of several nodes' workflow moves its mark on
 FINAL_SEND_S = 30.0  # as the recorder exits: how long its sender tries to deliver what is left
 # While tasks keep ending, the spool is synced once a second, not once a pass: on a
@@ -227,13 +230,15 @@ def wait_gone(directory: Dir, deadline: float, exited: bool = False) -> bool:
 
 
 def open_roar(directory: Dir, settings: dict[str, Any] | None = None, send: bool = False):
-    """The Roar a recorder of `directory` records with (also a producer's last resort)."""
+    """The Roar a recorder of `directory` records with (also a producer's last resort).
+    Its store is checkpointed between passes (`Store.checkpoint`) and as it closes."""
     from roar_core import config
     from roar_core.api import Roar
 
     settings = settings or read_settings(directory)
     cfg = config.load(cwd=settings["root"], env={}, **settings["config"])
-    return Roar(cfg, internal=settings.get("internal") or (), send=send)
+    return Roar(cfg, internal=settings.get("internal") or (), send=send,
+                idle_checkpoints=True)
 
 
 def record_here(directory: Dir, lifetime_status: str = "ABORT") -> int:
@@ -327,6 +332,7 @@ def main(argv: list[str]) -> int:
     total = 0
     sender = Sender(roar.spool, directory, lock) if roar.spool is not None else None
     idle_exit_s = float(settings.get("idle_exit_s") or IDLE_EXIT_S)
+    checkpointed = time.monotonic()
     settings_path = os.path.join(directory, SETTINGS)
     settings_id = _file_id(settings_path)
     try:
@@ -359,12 +365,17 @@ def main(argv: list[str]) -> int:
                 next_mark = began + SEND_EVERY_S
             if recorded:
                 idle_since = time.monotonic()
+                if idle_since - checkpointed > CHECKPOINT_S:
+                    checkpoint(roar.store)
+                    checkpointed = idle_since
                 # Passes at least BUSY_PASS_S apart unless a producer waits: a pass has
                 # fixed costs, which passes of one or two tasks each paid per task.
                 select.select([wake], [], [], max(0.0, began + BUSY_PASS_S - time.time()))
                 continue
             if not os.path.isdir(directory):
                 return 0  # the session was removed: nothing of it is left to record
+            checkpoint(roar.store)
+            checkpointed = time.monotonic()
             if not follower.pending():  # (logs of tasks that failed wait for the next one)
                 if os.path.exists(ending) or time.monotonic() - idle_since > idle_exit_s:
                     return 0
@@ -480,6 +491,18 @@ class Sender:
 # Senders closed without waiting for them (`Sender.close`): reaped once they have exited,
 # not left as zombies for the recorder's lifetime (one per change of its settings).
 _LEFT_SENDERS: list[int] = []
+
+
+def checkpoint(store: Any) -> None:
+    """`store.checkpoint()`; a failure loses nothing (the log keeps what it holds)."""
+    import logging
+
+    from roar_core.pipeline.store import StoreError
+
+    try:
+        store.checkpoint()
+    except StoreError as e:
+        logging.getLogger(__name__).warning("roar: %s", e)
 
 
 def reap_senders() -> None:

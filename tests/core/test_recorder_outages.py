@@ -2,7 +2,8 @@
 home while the store still takes rows: a PostgreSQL server, free pages in SQLite's file)
 and an OpenLineage backend that takes an event and does not answer.  A stored task must
 be neither lost nor stored twice, and no answer may wait on the backend.  And a change of
-its settings (a run with another configuration) under a recorder that runs on."""
+its settings (a run with another configuration) under a recorder that runs on, and the
+store's checkpoints, which it takes between tasks."""
 
 from __future__ import annotations
 
@@ -23,10 +24,11 @@ import pytest
 from roar_core import config
 from roar_core.api import Roar
 from roar_core.cli import run as runner
-from roar_core.recording import tasklog
+from roar_core.recording import recorder, tasklog
 from tests.core.test_cli import make_cli
 from tests.core.test_recorder_kills import left_pending
 from tests.core.test_spool import Endpoint
+from tests.core.test_store import _in_database_file
 from tests.olschema import validate_event
 
 RECORDER = ("import sys\nfrom roar_core.recording import recorder\n"
@@ -65,6 +67,15 @@ def _children(pid: int) -> dict[int, str]:
         if int(ppid) == pid:
             out[int(d.name)] = state
     return out
+
+
+def _exited(pid: int) -> bool:
+    """Gone, or a zombie (an orphan waits for whoever reaps it here)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] == "Z"
 
 
 def _until(what, timeout: float = 30.0):
@@ -186,15 +197,41 @@ def test_a_change_of_settings_leaves_no_sender_unreaped(tmp_path: Path) -> None:
         assert rec.poll() is None, "the old sender was reaped only as the recorder exited"
         assert "Z" not in _children(rec.pid).values()
     finally:
+        senders = list(_children(rec.pid))
         rec.kill()
         _, err = rec.communicate(timeout=30)
     assert b"Traceback" not in err, err.decode()
+    # The new sender may still be writing what it took: it goes as its recorder ends.
+    _until(lambda: all(_exited(pid) for pid in senders))
     assert cli.ok("flush").endswith("pending 0\n")
     events = Path(cli.env["ROAR_HOME"]) / "openlineage" / "events.jsonl"
     jobs = [(e["job"]["namespace"], e["job"]["name"], e["eventType"])
             for e in map(json.loads, events.read_text().splitlines())]
     assert jobs == [("roar", "copy", "START"), ("roar", "copy", "COMPLETE"),
                     ("elsewhere", "again", "START"), ("elsewhere", "again", "COMPLETE")]
+
+
+def test_the_recorder_checkpoints_its_store_once_idle(tmp_path: Path) -> None:
+    # Its commits leave the write-ahead log as it is (`Store.open(idle_checkpoints=True)`):
+    # the recorder itself copies it into the database once a pass finds nothing to do,
+    # not only when it exits (the last connection closed).
+    cli, cfg = left_pending(tmp_path)
+    settings = Path(cfg.sessions_dir) / recorder.SETTINGS
+    values = json.loads(settings.read_text())
+    settings.write_text(json.dumps(dict(values, idle_exit_s=120)))  # it stays to be seen
+    home = Path(cli.env["ROAR_HOME"])
+    rec = subprocess.Popen([sys.executable, "-c", RECORDER, str(cfg.sessions_dir)],
+                           cwd=cli.cwd, env=cli.env, stderr=subprocess.PIPE)
+    try:
+        _until(lambda: runner.pending(cfg) == [])
+        ((run_id, status),), _ = _rows(home)
+        assert status == "COMPLETE"
+        _until(lambda: _in_database_file(home, run_id) == 2 or rec.poll() is not None, 15)
+        assert rec.poll() is None, "checkpointed only as the recorder exited"
+    finally:
+        rec.kill()
+        _, err = rec.communicate(timeout=30)
+    assert b"Traceback" not in err, err.decode()
 
 
 def test_an_in_process_workflow_start_the_spool_refuses_goes_out_before_its_end(

@@ -365,6 +365,54 @@ def test_a_task_with_thousands_of_files_keeps_every_row(store: Store) -> None:
     assert len(store.accesses_of(second)) == n
 
 
+def _in_database_file(home: Path, run_id: str) -> int:
+    """The task's accesses that the database file itself holds: a copy of it alone, without
+    its write-ahead log, is what checkpoints have copied so far (maybe not even the
+    tables)."""
+    copy = home.parent / "alone.db"
+    copy.write_bytes((home / "lineage.db").read_bytes())
+    try:
+        with sqlite3.connect(copy) as db:
+            if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'accesses'").fetchone():
+                return 0
+            return db.execute("SELECT count(*) FROM accesses WHERE task_run_id = ?",
+                              (run_id,)).fetchone()[0]
+    except sqlite3.DatabaseError:
+        return -1  # copied while a checkpoint wrote it: look again
+    finally:
+        for p in home.parent.glob("alone.db*"):
+            p.unlink()
+
+
+@pytest.mark.parametrize("idle", [False, True])
+def test_an_idle_checkpointed_store_leaves_big_commits_in_its_log(
+        tmp_path: Path, idle: bool) -> None:
+    # The commit that takes SQLite's log past 1,000 pages copies them into the database
+    # before it returns; a recorder's store leaves that to its `checkpoint` between tasks.
+    # The rows are the store's at the commit either way (in its log), for every reader.
+    home = tmp_path / "roar-home"
+    n = 5000
+    with Store.open(home=home, idle_checkpoints=idle) as s:
+        runs = []
+        for k in range(2):
+            writes = [Access(f"/out/{k}/{i:05d}.bin", "output", digest(k * 10**6 + i),
+                             size=i, mtime_ns=i) for i in range(n)]
+            runs.append(task(s, f"big{k}", 2 * k))
+            s.finish_task_run(runs[-1], "COMPLETE", T0 + timedelta(minutes=2 * k + 1),
+                              accesses=writes)
+        # past one checkpoint's worth: without `idle`, the second commit did one
+        assert (home / "lineage.db-wal").stat().st_size > 1000 * store_module.SQLITE_PAGE_SIZE
+        with Store.open(home=home) as reader:
+            assert [len(reader.accesses_of(r)) for r in runs] == [n, n]
+        assert [_in_database_file(home, r) for r in runs] == ([0, 0] if idle else [n, n])
+        s.checkpoint()
+        assert [_in_database_file(home, r) for r in runs] == [n, n]
+        small = task(s, "small", 9)
+        s.finish_task_run(small, "COMPLETE", T0 + timedelta(minutes=10), accesses=writes[:3])
+        assert _in_database_file(home, small) == 0  # below 1,000 pages: no commit copies
+    assert _in_database_file(home, small) == 3  # the last connection closed: checkpointed
+
+
 def test_a_new_sqlite_store_uses_large_pages(tmp_path: Path) -> None:
     with Store.open(home=tmp_path / "new") as s:
         task(s, "t", 0)
