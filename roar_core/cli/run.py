@@ -643,6 +643,7 @@ def answer(ran: Ran, get_roar: Callable[[], Any], recorder_start_s: float = 0.0)
     """Wait until the run is recorded: by the directory's recorder while one holds the
     directory (or may still take it, `recorder_start_s`), else here, with `get_roar()`.
     Returns the Roar this used, or None."""
+    from roar_core.pipeline.spoolfiles import NotSynced
     from roar_core.recording import recorder
 
     begun = ran.begun
@@ -657,7 +658,13 @@ def answer(ran: Ran, get_roar: Callable[[], Any], recorder_start_s: float = 0.0)
                 log.wait_for(run_id, ran.wait_fd, 0.05, keep=True)
                 continue
             roar = roar or get_roar()
-            if recorder.drain(roar, begun.directory, given=given) is not None:
+            try:
+                drained = recorder.drain(roar, begun.directory, given=given)
+            except NotSynced as e:  # stored, not marked: its events are spooled again
+                from roar_core.cli.commands import CliError
+
+                raise CliError(str(e)) from None
+            if drained is not None:
                 log.read_results()
                 break
     finally:

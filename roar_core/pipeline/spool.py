@@ -42,6 +42,7 @@ from roar_core.pipeline.redact import redact_text
 from roar_core.pipeline.spoolfiles import (
     REJECTED,
     SENDER_LOCK,
+    NotSynced,
     Record,
     Segment,
     SegmentWriter,
@@ -158,10 +159,12 @@ class Spool:
         return True
 
     @contextmanager
-    def batch(self) -> Iterator[None]:
+    def batch(self, strict: bool = False) -> Iterator[None]:
         """Append many events with one fsync, when the block ends: a recorder catching up
         with many tasks pays one disk flush instead of one per event.  The events are
-        durable only once the block has ended."""
+        durable only once the block has ended; where its fsync fails they are written again
+        (`SegmentWriter.sync_deferred`), and until that succeeds a `strict` block raises
+        `NotSynced` as it ends (else: a warning)."""
         self._writer.defer_sync()
         try:
             yield
@@ -169,6 +172,9 @@ class Spool:
             try:
                 self._writer.sync_deferred()
             except OSError as e:
+                if strict:
+                    raise NotSynced(e.errno, f"cannot sync the OpenLineage spool "
+                                    f"{self.directory}: {e.strerror or e}") from e
                 log.warning("roar: could not sync the OpenLineage spool %s: %s",
                             self.directory, e)
 

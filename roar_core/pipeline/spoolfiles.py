@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import logging
 import os
 import re
 import secrets
@@ -28,6 +29,8 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 SEGMENT_SUFFIX = ".jsonl"
 ACK_SUFFIX = ".ack"
@@ -38,6 +41,10 @@ _SEGMENT_NAME = re.compile(r"^\d{20}-\d+-[0-9a-f]+\.jsonl$")
 # The append time comes first so ordering needs no JSON parse of the whole line.
 _RECORD = re.compile(rb'\{"t":(\d+),"event":(.*)\}$', re.DOTALL)
 _CHUNK = 64 * 1024
+# After a failed fdatasync, how soon the records it was to make durable are written again
+# into a new segment (doubling, up to the most): a broken disk is not hammered.
+RESYNC_S = 1.0
+RESYNC_MAX_S = 60.0
 _TMP_GRACE_S = 60.0
 
 
@@ -51,6 +58,11 @@ class Record:
     body: bytes
     """The event's JSON, or the raw bytes of an unreadable line."""
     problem: str | None = None
+
+
+class NotSynced(OSError):
+    """Events were written but could not be made durable (`Spool.batch(strict=True)`):
+    whoever would mark them spooled must not yet."""
 
 
 class SegmentWriter:
@@ -67,6 +79,13 @@ class SegmentWriter:
         self._last_t = 0
         self._deferred = 0  # open sync_once() blocks
         self._dirty = False  # written since the last fdatasync
+        # While deferring: the records written since the last sync that made them all
+        # durable, to write again into a new segment should an fdatasync fail (the disk may
+        # have dropped what it could not write, and a later fdatasync would not say so).
+        self._unsynced: list[tuple[bytes, bytes, bytes]] = []
+        self._failed = False  # an fdatasync of those failed
+        self._retry_at = 0.0
+        self._retry_s = RESYNC_S
 
     def write(self, event_json: bytes) -> None:
         """Append one record durably; raises OSError (and seals the segment) on failure."""
@@ -86,6 +105,7 @@ class SegmentWriter:
                 write_all(self._fd, line)
                 if self._fsync and self._deferred:
                     self._dirty = True
+                    self._unsynced.append(line)
                 elif self._fsync:
                     os.fdatasync(self._fd)
                 self._size += size
@@ -114,12 +134,51 @@ class SegmentWriter:
             return self.path, self._size
 
     def sync_deferred(self) -> None:
-        """One fdatasync for everything written since `defer_sync` (raises OSError)."""
+        """One fdatasync for everything written since `defer_sync`.  Where it fails, those
+        records are written again into a new segment and synced there; raises OSError when
+        that fails too, or is not tried yet (`RESYNC_S`): they stay to be tried again by the
+        next sync."""
         with self._lock:
             self._deferred -= 1
-            if not self._deferred and self._dirty and self._fd is not None:
-                self._dirty = False
-                os.fdatasync(self._fd)
+            if self._deferred or not self._dirty:
+                return
+            if not self._failed and self._fd is not None:
+                try:
+                    os.fdatasync(self._fd)
+                except OSError as e:
+                    self._failed = True
+                    log.warning("roar: the OpenLineage spool %s could not be synced (%s): "
+                                "its last events are written again into a new segment",
+                                self.directory, e.strerror or e)
+                else:
+                    self._synced()
+                    return
+            self._write_again()
+
+    def _synced(self) -> None:
+        self._dirty = self._failed = False
+        self._unsynced = []
+        self._retry_s = RESYNC_S
+
+    def _write_again(self) -> None:
+        now = time.monotonic()
+        if now < self._retry_at:
+            raise OSError(errno.EIO, "an earlier fdatasync failed, its events are written "
+                          f"again in {self._retry_at - now:.0f} s")
+        self._seal()  # the segment that failed (whatever it holds), or one opened since
+        try:
+            self._open()
+            assert self._fd is not None
+            for line in self._unsynced:
+                write_all(self._fd, line)
+                self._size += sum(map(len, line))
+            os.fdatasync(self._fd)
+        except OSError:
+            self._seal()
+            self._retry_at = time.monotonic() + self._retry_s
+            self._retry_s = min(2 * self._retry_s, RESYNC_MAX_S)
+            raise
+        self._synced()
 
     def forget(self) -> None:
         """In a forked child: drop the parent's segment without touching the parent's lock."""
@@ -129,6 +188,7 @@ class SegmentWriter:
             os.close(self._fd)
         self._lock = threading.Lock()
         self._fd, self.path, self._size = None, None, 0
+        self._synced()
 
     def _open(self) -> None:
         name = f"{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(4)}{SEGMENT_SUFFIX}"
@@ -152,12 +212,13 @@ class SegmentWriter:
 
     def _seal(self) -> None:
         if self._fd is not None:
-            if self._dirty:
-                self._dirty = False
+            if self._dirty and not self._failed:
                 try:
                     os.fdatasync(self._fd)
                 except OSError:
-                    pass  # sealed anyway; the next segment starts clean
+                    # Sealed anyway, the next segment starts clean; what was written since
+                    # the last sync is written again at the next (`sync_deferred`).
+                    self._failed = True
             os.close(self._fd)  # drops the flock: the segment is sealed
         self._fd, self.path, self._size = None, None, 0
 

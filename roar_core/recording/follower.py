@@ -26,7 +26,7 @@ from roar_core.config import clean_path
 from roar_core.heap import gc_paused
 from roar_core.ids import host_name
 from roar_core.pipeline.attribution import UNATTRIBUTED
-from roar_core.pipeline.spoolfiles import write_all
+from roar_core.pipeline.spoolfiles import NotSynced, write_all
 from roar_core.pipeline.store_records import StoreError
 from roar_core.pipeline.tracelog import LogListing
 from roar_core.recording.sessions import SessionCollector, WholeSession, summarized
@@ -219,6 +219,7 @@ class Follower:
         self._unspooled: list[_Unspooled] = []
         self._respool_at = 0.0
         self._respool_failures = 0
+        self._not_synced = False  # the last sync failed (`sync`)
 
     def poll(self, hinted: Collection[str] = ()) -> int:
         """One pass; returns how many tasks it recorded (lineage, not STARTs).  Everything
@@ -228,7 +229,7 @@ class Follower:
         if self._window is None:
             self._window = ExitStack()
             if self.roar.spool is not None:  # one fsync of the spool per window
-                self._window.enter_context(self.roar.spool.batch())
+                self._window.enter_context(self.roar.spool.batch(strict=True))
             self._window_since = time.monotonic()
         followed: list[_Followed] = []
         done = 0
@@ -346,10 +347,24 @@ class Follower:
                 log.debug("roar: staged events not cleared: %s", e)
 
     def sync(self) -> None:
-        """Make what the passes since the last sync spooled durable, then mark it."""
+        """Make what the passes since the last sync spooled durable, then mark it.  Raises
+        `NotSynced` where the spool could not be made durable: then nothing is marked (nor
+        unstaged, nor removed) until a later sync succeeds."""
         window, self._window = self._window, None
+        if window is None and self._not_synced and self.roar.spool is not None:
+            window = ExitStack()  # no pass since: its close tries the sync again
+            window.enter_context(self.roar.spool.batch(strict=True))
         if window is not None:
-            window.close()
+            try:
+                window.close()
+            except NotSynced as e:
+                if not self._not_synced:
+                    log.error("roar: %s: what it holds is marked recorded once synced", e)
+                self._not_synced = True
+                raise
+        if self._not_synced:
+            log.warning("roar: the OpenLineage spool is synced again")
+            self._not_synced = False
         self._unstage()  # (those a killed recorder staged: sent again by the first pass)
         unsynced, self._unsynced = list(self._unsynced.values()), {}
         self._urgent = False
@@ -616,8 +631,9 @@ class Follower:
     def pending(self) -> int:
         """Logs with work to come: their producers alive, or tasks not recorded and not
         failed yet (a recorder left with only failed tasks may leave: the next one tries
-        them again), logs with events kept for them, and logs not readable yet."""
-        return self._unopened + sum(
+        them again), logs with events kept for them, and logs not readable yet; and what
+        the spool could not sync yet (`sync`)."""
+        return self._not_synced + self._unopened + sum(
             1 for f in self._files.values()
             if not f.dead or any(not e.failures for e in f.tasklog.entries.values())
             or any(u.f is f for u in self._unspooled))

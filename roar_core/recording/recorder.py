@@ -276,8 +276,10 @@ def drain(roar, directory: Dir, *, blocking: bool = False, lifetime_status: str 
         try:
             return follower.poll()
         finally:
-            follower.sync()
-            follower.close()
+            try:
+                follower.sync()  # (raises NotSynced: nothing of it marked)
+            finally:
+                follower.close()
     finally:
         os.close(lock)
 
@@ -302,6 +304,7 @@ def main(argv: list[str]) -> int:
     from datetime import datetime, timezone
 
     from roar_core.heap import freeze_heap
+    from roar_core.pipeline.spoolfiles import NotSynced
     from roar_core.recording.follower import CausalOrder, Follower
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
@@ -341,7 +344,11 @@ def main(argv: list[str]) -> int:
             if _file_id(settings_path) != settings_id:
                 # A producer changed the settings (the CLI's, its configuration): what
                 # ended from now on is recorded with them.
-                follower.sync()
+                try:
+                    follower.sync()
+                except NotSynced:  # (said) not before what the old spool holds is synced
+                    select.select([wake], [], [], PASS_S)
+                    continue
                 if sender is not None:
                     sender.close(0)  # it finishes on its own (reaped later); the next goes on
                 roar.close(timeout=0)
@@ -351,7 +358,10 @@ def main(argv: list[str]) -> int:
                 follower.forget_rows()
             reap_senders()
             began = time.time()
-            recorded = follower.poll(hinted)
+            try:
+                recorded = follower.poll(hinted)
+            except NotSynced:  # (said by the follower) its next sync tries again
+                recorded = 0
             total += recorded
             if follower.held_from is None:  # all that ended before `began` is recorded
                 os.pwrite(status, f"{began:<24.6f}".encode(), 0)
@@ -383,7 +393,10 @@ def main(argv: list[str]) -> int:
                 idle_since = time.monotonic()
             select.select([wake], [], [], PASS_S)
     finally:
-        follower.sync()
+        try:
+            follower.sync()
+        except NotSynced:  # (said) left to the next recorder
+            pass
         follower.close()
         os.close(status)
         if sender is not None:

@@ -7,6 +7,7 @@ store's checkpoints, which it takes between tasks."""
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -24,6 +25,8 @@ import pytest
 from roar_core import config
 from roar_core.api import Roar
 from roar_core.cli import run as runner
+from roar_core.pipeline import spoolfiles
+from roar_core.pipeline.spoolfiles import NotSynced
 from roar_core.recording import recorder, tasklog
 from tests.core.test_cli import make_cli
 from tests.core.test_recorder_kills import left_pending
@@ -134,6 +137,130 @@ def test_events_the_spool_refuses_are_kept_and_the_task_is_stored_once(
     complete = next(e for e in mine if e["eventType"] == "COMPLETE")
     truth = blake3.blake3((cli.cwd / "out.txt").read_bytes()).hexdigest()
     assert complete["outputs"][0]["facets"]["version"]["datasetVersion"] == f"blake3:{truth}"
+
+
+# A recorder whose syncs of spool segments fail as a disk's write errors do: the kernel
+# reports EIO once and drops the pages it could not write (here: the segment is cut back
+# to what the last good sync covered), and a later fdatasync of that file succeeds.  The
+# first one fails, or all of them while the file argv[1] names exists.
+SYNC_FAILS = """
+import errno, os, sys
+from roar_core.recording import recorder
+real, synced, failed = os.fdatasync, {}, []
+def fdatasync(fd):
+    path = os.readlink(f"/proc/self/fd/{fd}")
+    if path.endswith(".jsonl") and "/spool/" in path and (
+            os.path.exists(sys.argv[1]) if sys.argv[1] else not failed):
+        failed.append(path)
+        os.ftruncate(fd, synced.get(path, 0))
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+    real(fd)
+    synced[path] = os.fstat(fd).st_size
+os.fdatasync = fdatasync
+sys.exit(recorder.main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("failing", ["once", "until-fixed"])
+def test_events_a_failed_spool_sync_may_have_lost_are_written_again(
+        tmp_path: Path, failing: str) -> None:
+    # Marking a task recorded after its events' fdatasync failed lost them: the failure was
+    # a warning, and the disk had dropped what it could not write.  (The backend is down
+    # meanwhile: a sender that took them before the sync failed would have hidden that.)
+    up = threading.Event()
+    endpoint = Endpoint()
+    endpoint.status = lambda event: 201 if up.is_set() else 503
+    endpoint.start()
+    broken = tmp_path / "disk-broken"
+    try:
+        cli, cfg = left_pending(tmp_path)
+        env = dict(cli.env, OPENLINEAGE_URL=endpoint.url)
+        if failing == "until-fixed":
+            broken.touch()
+        rec = subprocess.Popen([sys.executable, "-c", SYNC_FAILS,
+                                str(broken) if failing == "until-fixed" else "",
+                                str(cfg.sessions_dir)],
+                               cwd=cli.cwd, env=env, stderr=subprocess.PIPE)
+        try:
+            if failing == "until-fixed":
+                time.sleep(2.5)  # its first sync, and a second one 1 s later, failed
+                assert rec.poll() is None
+                # Stored, not marked: its task log holds it until its events are synced.
+                ((_, held),) = runner.pending(cfg)
+                assert _rows(Path(cli.env["ROAR_HOME"]))[0] == [(held.run_id, "COMPLETE")]
+                broken.unlink()
+            _until(lambda: runner.pending(cfg) == [] or rec.poll() is not None)
+            assert rec.poll() is None
+        finally:
+            rec.kill()
+            _, err = rec.communicate(timeout=30)
+        assert b"Traceback" not in err, err.decode()
+        up.set()
+        flushed = cli("flush", env=env)
+        assert flushed.returncode == 0, flushed.stderr
+        assert flushed.stdout.decode().endswith("pending 0\n")
+        mine = list(endpoint.events)
+    finally:
+        endpoint.stop()
+    for e in mine:
+        validate_event(e)
+    home = Path(cli.env["ROAR_HOME"])
+    ((run_id, status),), accesses = _rows(home)
+    assert [e["eventType"] for e in mine if e["run"]["runId"] == run_id] == [
+        "START", "COMPLETE"]
+    assert status == "COMPLETE" and accesses == {run_id: 2}  # stored once
+    complete = next(e for e in mine if e["eventType"] == "COMPLETE")
+    truth = blake3.blake3((cli.cwd / "out.txt").read_bytes()).hexdigest()
+    assert complete["outputs"][0]["facets"]["version"]["datasetVersion"] == f"blake3:{truth}"
+    # Said: what failed, what was done about it; while it lasts, once, and when it is over.
+    said = [line.split(" roar: ", 1)[1] for line in err.decode().splitlines()
+            if "OpenLineage spool" in line and "backend" not in line]
+    assert said[0].endswith("its last events are written again into a new segment")
+    if failing == "until-fixed":
+        assert len(said) == 3, said
+        assert "cannot sync the OpenLineage spool" in said[1], said
+        assert said[2] == "the OpenLineage spool is synced again"
+    else:
+        assert len(said) == 1, said
+
+
+def test_a_recording_in_process_marks_nothing_its_spool_could_not_sync(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `drain` (a reader, or `run --wait` where no recorder can run) syncs once more as it
+    # ends, with no pass in between: that must try the failed sync again, not mark.
+    cli, cfg = left_pending(tmp_path)
+    roar = recorder.open_roar(cfg.sessions_dir)
+    real, synced, broken = os.fdatasync, {}, [True]
+
+    def fdatasync(fd: int) -> None:  # as SYNC_FAILS, in this process
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if path.endswith(".jsonl") and "/spool/" in path and broken[0]:
+            os.ftruncate(fd, synced.get(path, 0))
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real(fd)
+        synced[path] = os.fstat(fd).st_size
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    try:
+        with pytest.raises(NotSynced):
+            recorder.drain(roar, cfg.sessions_dir)
+        ((_, held),) = runner.pending(cfg)  # stored, and not marked
+        home = Path(cli.env["ROAR_HOME"])
+        assert _rows(home)[0] == [(held.run_id, "COMPLETE")]
+        broken[0] = False
+        time.sleep(spoolfiles.RESYNC_S)  # (not tried again before)
+        recorder.drain(roar, cfg.sessions_dir)
+        assert runner.pending(cfg) == []
+        assert roar.spool.flush(10).pending == 0
+    finally:
+        roar.close(timeout=0)
+    mine = [json.loads(line) for line in
+            (home / "openlineage" / "events.jsonl").read_text().splitlines()]
+    for e in mine:
+        validate_event(e)
+    assert [e["eventType"] for e in mine] == ["START", "COMPLETE"]
+    assert {e["run"]["runId"] for e in mine} == {held.run_id}
+    assert _rows(home) == ([(held.run_id, "COMPLETE")], {held.run_id: 2})
 
 
 def test_a_backend_that_does_not_answer_holds_no_answer(tmp_path: Path) -> None:
