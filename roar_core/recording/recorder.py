@@ -42,8 +42,11 @@ ENDING = "job-ending"  # written at the end of a job: `lifetime` tasks dying now
 LOG = "recorder.log"
 STATUS = "recorder.status"  # when the last pass that held nothing back began (time.time())
 START_DIR = "ROAR_START_DIR"  # the working directory a detached process enters (see below)
-# While busy, the store's write-ahead log is copied into the database at most this often
-# (and whenever a pass found nothing to do): tasks' commits do not (`Store.open`).
+# The store's write-ahead log is copied into the database (`Store.checkpoint`; tasks'
+# commits do not, see `Store.open`) once no task was recorded for QUIET_S, and at most every
+# CHECKPOINT_S while tasks keep ending (where anything was written since): one after each
+# small task would copy and fsync its few pages each time, where SQLite's waits for 1,000.
+QUIET_S = 1.0
 CHECKPOINT_S = 2.0
 SEND_EVERY_S = 0.25  # how often a recorder of several nodes' workflow moves its mark on
 FINAL_SEND_S = 30.0  # as the recorder exits: how long its sender tries to deliver what is left
@@ -335,7 +338,7 @@ def main(argv: list[str]) -> int:
     total = 0
     sender = Sender(roar.spool, directory, lock) if roar.spool is not None else None
     idle_exit_s = float(settings.get("idle_exit_s") or IDLE_EXIT_S)
-    checkpointed = time.monotonic()
+    recorded_at = checkpointed = time.monotonic()
     settings_path = os.path.join(directory, SETTINGS)
     settings_id = _file_id(settings_path)
     try:
@@ -373,19 +376,20 @@ def main(argv: list[str]) -> int:
                 mark = datetime.fromtimestamp(began, timezone.utc)
                 order.advance(min(mark, follower.held_from or mark))
                 next_mark = began + SEND_EVERY_S
+            now = time.monotonic()
             if recorded:
-                idle_since = time.monotonic()
-                if idle_since - checkpointed > CHECKPOINT_S:
-                    checkpoint(roar.store)
-                    checkpointed = idle_since
+                recorded_at = now
+            if now - recorded_at >= QUIET_S or now - checkpointed >= CHECKPOINT_S:
+                checkpoint(roar.store)  # (nothing to do where nothing was written since)
+                checkpointed = now
+            if recorded:
+                idle_since = now
                 # Passes at least BUSY_PASS_S apart unless a producer waits: a pass has
                 # fixed costs, which passes of one or two tasks each paid per task.
                 select.select([wake], [], [], max(0.0, began + BUSY_PASS_S - time.time()))
                 continue
             if not os.path.isdir(directory):
                 return 0  # the session was removed: nothing of it is left to record
-            checkpoint(roar.store)
-            checkpointed = time.monotonic()
             if not follower.pending():  # (logs of tasks that failed wait for the next one)
                 if os.path.exists(ending) or time.monotonic() - idle_since > idle_exit_s:
                     return 0
