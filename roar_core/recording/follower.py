@@ -227,10 +227,7 @@ class Follower:
         the task logs at the next sync).  `hinted`: names of task logs whose producers
         woke us for an early answer (`drain_fifo`): answered first."""
         if self._window is None:
-            self._window = ExitStack()
-            if self.roar.spool is not None:  # one fsync of the spool per window
-                self._window.enter_context(self.roar.spool.batch(strict=True))
-            self._window_since = time.monotonic()
+            self._open_window()
         followed: list[_Followed] = []
         done = 0
         try:
@@ -248,6 +245,13 @@ class Follower:
                     or time.monotonic() - self._window_since >= self.sync_every):
                 self.sync()
         return done
+
+    def _open_window(self) -> None:
+        """What is spooled until the next `sync` is made durable there, once."""
+        self._window = ExitStack()
+        if self.roar.spool is not None:
+            self._window.enter_context(self.roar.spool.batch(strict=True))
+        self._window_since = time.monotonic()
 
     def forget_rows(self) -> None:
         """The store may have changed (new settings): look for workflow rows again."""
@@ -350,10 +354,9 @@ class Follower:
         """Make what the passes since the last sync spooled durable, then mark it.  Raises
         `NotSynced` where the spool could not be made durable: then nothing is marked (nor
         unstaged, nor removed) until a later sync succeeds."""
+        if self._window is None and self._not_synced:
+            self._open_window()  # no pass since: its close tries the sync again
         window, self._window = self._window, None
-        if window is None and self._not_synced and self.roar.spool is not None:
-            window = ExitStack()  # no pass since: its close tries the sync again
-            window.enter_context(self.roar.spool.batch(strict=True))
         if window is not None:
             try:
                 window.close()
@@ -1135,17 +1138,24 @@ def recover(roar: Roar, directory: str | os.PathLike, *,
     (the caller makes sure none runs on this directory); returns how many tasks.  Task logs
     of live processes and of other hosts are left alone."""
     follower = Follower(roar, directory, lifetime_status=lambda: lifetime_status)
+    follower._open_window()
     done = 0
-    for path in log_paths(follower.directory):
-        j = TaskLogFile.open(path)
-        if j is None or j.host != follower._host or j.alive():
-            continue
-        f = follower._files[path] = _Followed(j, follower.directory, follower._listing)
-        f.begun = [e for e in j.entries.values() if not e.started]
-        follower._advance(f)
-        done += follower._record_in_order(follower._ready(f, []))
-        follower._workflows(f, starting=False)
-        follower._unsynced[path] = f
-    follower.sync()  # marked, and removed once all it left is recorded
-    follower.close()
+    try:
+        for path in log_paths(follower.directory):
+            j = TaskLogFile.open(path)
+            if j is None or j.host != follower._host or j.alive():
+                continue
+            f = follower._files[path] = _Followed(j, follower.directory, follower._listing)
+            f.begun = [e for e in j.entries.values() if not e.started]
+            follower._advance(f)
+            done += follower._record_in_order(follower._ready(f, []))
+            follower._workflows(f, starting=False)
+            follower._unsynced[path] = f
+    finally:
+        try:
+            # Marked, and removed once all it left is recorded; raises NotSynced where
+            # the spool cannot be made durable (then nothing is marked).
+            follower.sync()
+        finally:
+            follower.close()
     return done

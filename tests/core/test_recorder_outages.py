@@ -27,6 +27,7 @@ from roar_core.api import Roar
 from roar_core.cli import run as runner
 from roar_core.pipeline import spoolfiles
 from roar_core.pipeline.spoolfiles import NotSynced
+from roar_core.recording import follower as following
 from roar_core.recording import recorder, tasklog
 from tests.core.test_cli import make_cli
 from tests.core.test_recorder_kills import left_pending
@@ -224,10 +225,13 @@ def test_events_a_failed_spool_sync_may_have_lost_are_written_again(
         assert len(said) == 1, said
 
 
+@pytest.mark.parametrize("how", ["drain", "recover"])
 def test_a_recording_in_process_marks_nothing_its_spool_could_not_sync(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
     # `drain` (a reader, or `run --wait` where no recorder can run) syncs once more as it
     # ends, with no pass in between: that must try the failed sync again, not mark.
+    # `recover` (Ray's driver, for a node whose recorder is gone) passes no window at all.
+    record = recorder.drain if how == "drain" else following.recover
     cli, cfg = left_pending(tmp_path)
     roar = recorder.open_roar(cfg.sessions_dir)
     real, synced, broken = os.fdatasync, {}, [True]
@@ -243,13 +247,13 @@ def test_a_recording_in_process_marks_nothing_its_spool_could_not_sync(
     monkeypatch.setattr(os, "fdatasync", fdatasync)
     try:
         with pytest.raises(NotSynced):
-            recorder.drain(roar, cfg.sessions_dir)
+            record(roar, cfg.sessions_dir)
         ((_, held),) = runner.pending(cfg)  # stored, and not marked
         home = Path(cli.env["ROAR_HOME"])
         assert _rows(home)[0] == [(held.run_id, "COMPLETE")]
         broken[0] = False
         time.sleep(spoolfiles.RESYNC_S)  # (not tried again before)
-        recorder.drain(roar, cfg.sessions_dir)
+        record(roar, cfg.sessions_dir)
         assert runner.pending(cfg) == []
         assert roar.spool.flush(10).pending == 0
     finally:
