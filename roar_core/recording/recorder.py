@@ -234,7 +234,8 @@ def wait_gone(directory: Dir, deadline: float, exited: bool = False) -> bool:
 
 def open_roar(directory: Dir, settings: dict[str, Any] | None = None, send: bool = False):
     """The Roar a recorder of `directory` records with (also a producer's last resort).
-    Its store is checkpointed between passes (`Store.checkpoint`) and as it closes."""
+    Its store's commits do not checkpoint it: the recorder does when quiet (`main`), and
+    closing does."""
     from roar_core import config
     from roar_core.api import Roar
 
