@@ -84,6 +84,7 @@ class SegmentWriter:
         # have dropped what it could not write, and a later fdatasync would not say so).
         self._unsynced: list[tuple[bytes, bytes, bytes]] = []
         self._failed = False  # an fdatasync of those failed
+        self._kept: set[bytes] | None = None  # their events, once one failed (`write`)
         self._retry_at = 0.0
         self._retry_s = RESYNC_S
 
@@ -96,6 +97,16 @@ class SegmentWriter:
             # write_all).
             line = (b'{"t":%d,"event":' % t, event_json, b"}\n")
             size = len(line[0]) + len(event_json) + 2
+            if self._failed and self._deferred:
+                # Written with the rest by the next sync (`_write_again`), not into a segment
+                # that would then hold it twice; an event kept already (one a follower sent
+                # again from what it had staged) is not kept twice.
+                if self._kept is None:
+                    self._kept = {rec[1] for rec in self._unsynced}
+                if event_json not in self._kept:
+                    self._kept.add(event_json)
+                    self._unsynced.append(line)
+                return
             try:
                 if self._fd is not None and self._size + size > self._segment_bytes:
                     self._seal()
@@ -158,6 +169,7 @@ class SegmentWriter:
     def _synced(self) -> None:
         self._dirty = self._failed = False
         self._unsynced = []
+        self._kept = None
         self._retry_s = RESYNC_S
 
     def _write_again(self) -> None:

@@ -220,6 +220,10 @@ class Follower:
         self._respool_at = 0.0
         self._respool_failures = 0
         self._not_synced = False  # the last sync failed (`sync`)
+        # What was staged since the last sync that succeeded: staged again where one fails
+        # (`_unstage` cleared it once it was written to the spool, which a kill keeps and a
+        # disk's write error may not).
+        self._staged_window: list[list[bytes]] = []
 
     def poll(self, hinted: Collection[str] = ()) -> int:
         """One pass; returns how many tasks it recorded (lineage, not STARTs).  Everything
@@ -292,8 +296,7 @@ class Follower:
         import orjson
 
         try:
-            self._open_staged()
-            write_all(self._staged_fd, [b'{"r":', orjson.dumps(run_id), b',"s":1}\n'])
+            self._write_staged([b'{"r":', orjson.dumps(run_id), b',"s":1}\n'])
         except OSError as e:
             log.warning("roar: cannot stage the start of run %s: %s", run_id, e)
             return False
@@ -321,8 +324,26 @@ class Follower:
                     parts.append(b",")
                 parts.append(event)
             parts.append(b"]}\n")
+        self._write_staged(parts)
+
+    def _write_staged(self, parts: list[bytes]) -> None:
         self._open_staged()
         write_all(self._staged_fd, parts)
+        self._staged_window.append(parts)
+
+    def _restage(self) -> None:
+        """Stage again what was staged since the last good sync: its events may be gone from
+        the spool's disk, and a recorder that dies before a sync succeeds leaves them to the
+        next one (sent twice where the disk kept them)."""
+        lines = [p for parts in self._staged_window for p in parts]
+        if not lines:
+            return
+        try:
+            self._open_staged()
+            write_all(self._staged_fd, lines)
+        except OSError as e:
+            log.error("roar: cannot stage events again (%s): if this recorder dies before "
+                      "the spool syncs, they may be lost", e)
 
     def _open_staged(self) -> None:
         if self._staged_fd < 0:
@@ -343,8 +364,9 @@ class Follower:
 
     def _unstage(self) -> None:
         """The staged events are in the spool (written: a kill keeps them); not while the
-        spool refuses some (`_unspooled`): a next recorder needs them staged."""
-        if self._staged_fd >= 0 and not self._unspooled:
+        spool refuses some (`_unspooled`) or cannot sync (`sync`): a next recorder needs
+        them staged."""
+        if self._staged_fd >= 0 and not self._unspooled and not self._not_synced:
             try:
                 os.ftruncate(self._staged_fd, 0)
             except OSError as e:  # sent again by a next recorder, at worst: not a failure
@@ -363,8 +385,10 @@ class Follower:
             except NotSynced as e:
                 if not self._not_synced:
                     log.error("roar: %s: what it holds is marked recorded once synced", e)
-                self._not_synced = True
+                    self._not_synced = True
+                    self._restage()
                 raise
+        self._staged_window = []
         if self._not_synced:
             log.warning("roar: the OpenLineage spool is synced again")
             self._not_synced = False

@@ -162,12 +162,14 @@ sys.exit(recorder.main(sys.argv[2:]))
 """
 
 
-@pytest.mark.parametrize("failing", ["once", "until-fixed"])
+@pytest.mark.parametrize("failing", ["once", "until-fixed", "until-killed"])
 def test_events_a_failed_spool_sync_may_have_lost_are_written_again(
         tmp_path: Path, failing: str) -> None:
     # Marking a task recorded after its events' fdatasync failed lost them: the failure was
     # a warning, and the disk had dropped what it could not write.  (The backend is down
     # meanwhile: a sender that took them before the sync failed would have hidden that.)
+    # until-killed: the recorder dies while its spool cannot sync; the next one, on a
+    # disk that works again, sends what it had staged.
     up = threading.Event()
     endpoint = Endpoint()
     endpoint.status = lambda event: 201 if up.is_set() else 503
@@ -176,26 +178,38 @@ def test_events_a_failed_spool_sync_may_have_lost_are_written_again(
     try:
         cli, cfg = left_pending(tmp_path)
         env = dict(cli.env, OPENLINEAGE_URL=endpoint.url)
-        if failing == "until-fixed":
+        if failing != "once":
             broken.touch()
         rec = subprocess.Popen([sys.executable, "-c", SYNC_FAILS,
-                                str(broken) if failing == "until-fixed" else "",
+                                str(broken) if failing != "once" else "",
                                 str(cfg.sessions_dir)],
                                cwd=cli.cwd, env=env, stderr=subprocess.PIPE)
         try:
-            if failing == "until-fixed":
+            if failing != "once":
                 time.sleep(2.5)  # its first sync, and a second one 1 s later, failed
                 assert rec.poll() is None
                 # Stored, not marked: its task log holds it until its events are synced.
                 ((_, held),) = runner.pending(cfg)
                 assert _rows(Path(cli.env["ROAR_HOME"]))[0] == [(held.run_id, "COMPLETE")]
+                if failing == "until-killed":
+                    rec.kill()
                 broken.unlink()
             _until(lambda: runner.pending(cfg) == [] or rec.poll() is not None)
-            assert rec.poll() is None
+            assert failing == "until-killed" or rec.poll() is None
         finally:
             rec.kill()
             _, err = rec.communicate(timeout=30)
         assert b"Traceback" not in err, err.decode()
+        if failing == "until-killed":
+            assert runner.pending(cfg) != []
+            rec = subprocess.Popen([sys.executable, "-c", RECORDER, str(cfg.sessions_dir)],
+                                   cwd=cli.cwd, env=env, stderr=subprocess.PIPE)
+            try:
+                _until(lambda: runner.pending(cfg) == [] or rec.poll() is not None)
+            finally:
+                rec.kill()
+                _, next_err = rec.communicate(timeout=30)
+            assert b"Traceback" not in next_err, next_err.decode()
         up.set()
         flushed = cli("flush", env=env)
         assert flushed.returncode == 0, flushed.stderr
@@ -217,7 +231,9 @@ def test_events_a_failed_spool_sync_may_have_lost_are_written_again(
     said = [line.split(" roar: ", 1)[1] for line in err.decode().splitlines()
             if "OpenLineage spool" in line and "backend" not in line]
     assert said[0].endswith("its last events are written again into a new segment")
-    if failing == "until-fixed":
+    if failing == "until-killed":
+        assert len(said) == 2 and "cannot sync the OpenLineage spool" in said[1], said
+    elif failing == "until-fixed":
         assert len(said) == 3, said
         assert "cannot sync the OpenLineage spool" in said[1], said
         assert said[2] == "the OpenLineage spool is synced again"
