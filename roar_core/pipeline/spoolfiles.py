@@ -84,7 +84,8 @@ class SegmentWriter:
         # have dropped what it could not write, and a later fdatasync would not say so).
         self._unsynced: list[tuple[bytes, bytes, bytes]] = []
         self._failed = False  # an fdatasync of those failed
-        self._kept: set[bytes] | None = None  # their events, once one failed (`write`)
+        # Their events, once one failed (`write`): made from `_unsynced` then.
+        self._unsynced_events: set[bytes] | None = None
         self._retry_at = 0.0
         self._retry_s = RESYNC_S
 
@@ -101,10 +102,10 @@ class SegmentWriter:
                 # Written with the rest by the next sync (`_write_again`), not into a segment
                 # that would then hold it twice; an event kept already (one a follower sent
                 # again from what it had staged) is not kept twice.
-                if self._kept is None:
-                    self._kept = {rec[1] for rec in self._unsynced}
-                if event_json not in self._kept:
-                    self._kept.add(event_json)
+                if self._unsynced_events is None:
+                    self._unsynced_events = {rec[1] for rec in self._unsynced}
+                if event_json not in self._unsynced_events:
+                    self._unsynced_events.add(event_json)
                     self._unsynced.append(line)
                 return
             try:
@@ -169,7 +170,7 @@ class SegmentWriter:
     def _synced(self) -> None:
         self._dirty = self._failed = False
         self._unsynced = []
-        self._kept = None
+        self._unsynced_events = None
         self._retry_s = RESYNC_S
 
     def _write_again(self) -> None:

@@ -309,6 +309,7 @@ def main(argv: list[str]) -> int:
 
     from roar_core.heap import freeze_heap
     from roar_core.pipeline.spoolfiles import NotSynced
+    from roar_core.pipeline.store import StoreError
     from roar_core.recording.follower import CausalOrder, Follower
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
@@ -381,7 +382,10 @@ def main(argv: list[str]) -> int:
             if recorded:
                 recorded_at = now
             if now - recorded_at >= QUIET_S or now - checkpointed >= CHECKPOINT_S:
-                checkpoint(roar.store)  # (nothing to do where nothing was written since)
+                try:  # (nothing to do where nothing was written since)
+                    roar.store.checkpoint()
+                except StoreError as e:  # loses nothing: the log keeps what it holds
+                    logging.getLogger(__name__).warning("roar: %s", e)
                 checkpointed = now
             if recorded:
                 idle_since = now
@@ -509,18 +513,6 @@ class Sender:
 # Senders closed without waiting for them (`Sender.close`): reaped once they have exited,
 # not left as zombies for the recorder's lifetime (one per change of its settings).
 _LEFT_SENDERS: list[int] = []
-
-
-def checkpoint(store: Any) -> None:
-    """`store.checkpoint()`; a failure loses nothing (the log keeps what it holds)."""
-    import logging
-
-    from roar_core.pipeline.store import StoreError
-
-    try:
-        store.checkpoint()
-    except StoreError as e:
-        logging.getLogger(__name__).warning("roar: %s", e)
 
 
 def reap_senders() -> None:
