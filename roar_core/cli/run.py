@@ -297,6 +297,8 @@ def run(cfg: Config, argv: list[str], job_name: str | None = None, *,
         print(f"roar-core: {argv[0]}: {e.strerror}", file=sys.stderr)
     if isinstance(running, OnceTouched):
         running = running.made  # None: the command ended before it touched a file
+    if running is not None:
+        running.ended()  # (its hashing goes on beside what follows)
     if exited is not None:
         exited(begun)
     read = captured = summary = None
@@ -304,6 +306,8 @@ def run(cfg: Config, argv: list[str], job_name: str | None = None, *,
     if collector is not None:
         try:
             whole = collector.read_whole(running.seen if running is not None else None)
+            if running is not None:
+                running.ended()  # and what the logs' rest made due
             taken, hasher = capture_now(cfg, whole.events.records, roar,
                                         stat_cache=stat_cache, progress=progress,
                                         running=running)

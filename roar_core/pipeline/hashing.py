@@ -346,6 +346,43 @@ class Hasher:
         return [r for _, r, settled in rows
                 if r is not None and r.stable and (settled or r.state.dev in refined)]
 
+    def start_exited(self, paths: list[Path], max_size: int
+                     ) -> Callable[[], dict[Path, HashResult]] | None:
+        """Start hashing files a command left as it exited, on the pool, in native calls
+        without the GIL: the caller goes on in Python meanwhile (its classification), where
+        a Python stat per file on another thread would wait for the caller's switch
+        interval each time.  Returns what waits for them: the digests of the files whose
+        stat before the read and after it agree, each with that state (for the caller to
+        check against the state it finds); files that failed, changed, are not regular or
+        hold more than `max_size` bytes are left out, for the usual path.  Nothing is
+        cached here.  None without the native hasher."""
+        batch = self._native_batch(len(paths))
+        if batch is None:
+            return None
+        todo = [(p, n) for p in paths if 0 not in (n := os.fsencode(p))]  # (see _hash_native)
+        parts = max(1, min(self.workers, len(todo) // _NATIVE_MIN))
+        step = math.ceil(len(todo) / parts)
+        chunks = [todo[i : i + step] for i in range(0, len(todo), step)]
+        pool = self._get_pool()
+        futures = [pool.submit(batch.hash_exited, [n for _, n in c], max_size) for c in chunks]
+
+        def results() -> dict[Path, HashResult]:
+            out: dict[Path, HashResult] = {}
+            for chunk, future in zip(chunks, futures, strict=True):
+                try:
+                    rows = future.result()
+                except Exception:  # noqa: BLE001 - (memory) left to the usual path
+                    continue
+                for (path, _), row in zip(chunk, rows, strict=True):
+                    status, _, nbytes, _, dev, ino, size, mtime_ns, ctime_ns, hexd = row
+                    if status == 0:
+                        out[path] = HashResult(path, hexd.decode(), nbytes,
+                                               FileState(dev, ino, size, mtime_ns, ctime_ns),
+                                               True, False)
+            return out
+
+        return results
+
     def remember(self, results: Iterable[HashResult]) -> None:
         """Put digests taken earlier (`hash_early`'s, confirmed since) in the stat cache."""
         self._store([(r.state, r.digest) for r in results])

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 LIB_NAME = "libroar_hashbatch.so"
-ABI = 1
+ABI = 2
 # struct HashOut in tracer-bins/hashbatch/src/lib.rs, unpacked as (status, errno, nbytes,
 # read_at_ns, dev, ino, size, mtime_ns, ctime_ns, hex digest).
 _OUT = struct.Struct("<iiQqQQqqq64s")
@@ -40,6 +40,10 @@ class BatchHasher:
         self._fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t,
                              ctypes.c_void_p]
         self._fn.restype = None
+        self._exited = lib.roar_hash_files_exited
+        self._exited.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int64,
+                                 ctypes.c_void_p]
+        self._exited.restype = None
 
     def hash(self, paths: Sequence[bytes], sizes: Sequence[int]) -> list[tuple[Any, ...]]:
         """One HashOut tuple per path (fields: see _OUT above).  Paths are bytes
@@ -53,6 +57,16 @@ class BatchHasher:
         out = ctypes.create_string_buffer(_OUT.size * n)
         # ctypes drops the GIL for the call: another thread can hash another batch.
         self._fn(joined, sz.buffer_info()[0], n, out)
+        return list(_OUT.iter_unpack(out.raw))
+
+    def hash_exited(self, paths: Sequence[bytes], max_size: int) -> list[tuple[Any, ...]]:
+        """As `hash`, for paths not stat'ed: each is stat'ed before it is opened (status 5:
+        it changed during the read; 6: more than `max_size` bytes, not read)."""
+        n = len(paths)
+        if not n:
+            return []
+        out = self._ctypes.create_string_buffer(_OUT.size * n)
+        self._exited(b"\0".join(paths) + b"\0", n, max_size, out)
         return list(_OUT.iter_unpack(out.raw))
 
 

@@ -620,6 +620,95 @@ def test_native_batch_runs_on_the_pool_in_chunks(tmp_path: Path, native_batch, m
     assert len(threads) > 2 and all(t.startswith("roar-hash") for t in threads), threads
 
 
+# ---- files a command left as it exited (start_exited) ----------------------------------------
+
+
+def test_files_left_at_exit_are_hashed_on_the_pool_with_their_state(
+        tmp_path: Path, native_batch, monkeypatch) -> None:
+    # The caller goes on in Python meanwhile: the native calls run on the pool's threads.
+    # Each digest is the file's bytes, with its state; what is not a regular file of at
+    # most max_size bytes, or is gone, is left out (for the usual path).
+    sizes = [0, 1, 31, 1024, 4096, 65_535] * 10
+    files = [write(tmp_path / f"f{i}", os.urandom(s)) for i, s in enumerate(sizes)]
+    odd = os.fsencode(str(tmp_path)) + b"/caf\xe9"  # not UTF-8: bytes all the way
+    Path(os.fsdecode(odd)).write_bytes(b"latin-1 name")
+    big = write(tmp_path / "big", b"x" * 70_000)
+    os.symlink(files[3], tmp_path / "link")
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "dir").mkdir()
+    paths = [*files, odd, big, str(tmp_path / "link"), str(tmp_path / "fifo"),
+             str(tmp_path / "dir"), str(tmp_path / "missing")]
+    threads: list[str] = []
+    real = type(native_batch).hash_exited
+
+    def spy(self, names, max_size):
+        threads.append(threading.current_thread().name)
+        return real(self, names, max_size)
+
+    monkeypatch.setattr(type(native_batch), "hash_exited", spy)
+    with Hasher(workers=2) as h:
+        got = h.start_exited(paths, 65_536)()
+    assert set(got) == {*files, odd, str(tmp_path / "link")}
+    assert len(threads) == 2 and all(t.startswith("roar-hash") for t in threads), threads
+    for p, r in got.items():
+        with open(p, "rb") as f:
+            assert (r.digest, r.size, r.stable) == (b3(f.read()), os.stat(p).st_size, True)
+        assert r.state == FileState.of(os.stat(p)) and r.path is p
+    assert Hasher(native=False).start_exited(files, 65_536) is None  # the usual path only
+
+
+def test_files_left_at_exit_are_stated_before_they_are_opened(
+        tmp_path: Path, native_batch) -> None:
+    # A FIFO is never opened: a reader's open would let a writer blocked in its own open
+    # go on (and get EPIPE once we closed it).  The writer here stays blocked.
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    opened = threading.Event()
+
+    def writer() -> None:
+        fd = os.open(fifo, os.O_WRONLY)  # blocks until a reader opens it
+        opened.set()
+        os.close(fd)
+
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    with Hasher() as h:  # (16 paths at least: fewer go the usual path)
+        assert h.start_exited([str(fifo)] * 20, 1 << 20)() == {}
+    assert not opened.wait(0.3)
+    os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # what an open would have done
+    assert opened.wait(5)
+    t.join(5)
+
+
+def test_a_file_growing_while_hashed_at_exit_gets_only_digests_of_its_state(
+        tmp_path: Path, native_batch) -> None:
+    # A writer still at work (a child the command left behind): any digest given is the
+    # bytes its state says (the file only grows, by one known byte at a time), never of
+    # bytes read while its size moved.
+    f = tmp_path / "growing"
+    f.write_bytes(b"")
+    stop = threading.Event()
+
+    def grow() -> None:
+        with open(f, "ab", buffering=0) as out:
+            while not stop.is_set() and out.tell() < 60_000:
+                out.write(b"x")
+
+    t = threading.Thread(target=grow, daemon=True)
+    t.start()
+    given = 0
+    try:
+        with Hasher() as h:
+            for _ in range(300):  # (16 paths at least: fewer go the usual path)
+                for r in h.start_exited([str(f)] * 16, 1 << 20)().values():
+                    assert r.digest == b3(b"x" * r.size) and r.state.size == r.size
+                    given += 1
+    finally:
+        stop.set()
+        t.join(5)
+    assert given  # (results for the same path: the last of each call)
+
+
 # ---- digests taken while the task runs (hash_early) -----------------------------------------
 
 

@@ -231,10 +231,12 @@ def test_a_worker_reading_its_tree_per_task_finds_each_new_childs_log(tmp_path: 
         assert found[f"t{i}"] == [want], (i, found[f"t{i}"])
 
 
-def _as_run_wait(where: Path, argv: list[str]):
+def _as_run_wait(where: Path, argv: list[str], between=None, hashed: list | None = None):
     """argv run the way `run --wait` runs it (the tail feeding a WhileRunning, then the
-    runner's end): (the WhileRunning, its early digests by file name as the command
-    ended, the outputs' digests by file name)."""
+    runner's end): (the WhileRunning, its early digests by file name, taken while the
+    command ran and as it exited, the outputs' digests by file name).  `between()`:
+    called once the early digests are taken, before the end's classification; `hashed`:
+    gets the paths the end hashes itself."""
     from roar_core.pipeline import hashing
     from roar_core.pipeline.capture import WhileRunning, versions
     from roar_core.pipeline.classification import PathFilter
@@ -248,8 +250,21 @@ def _as_run_wait(where: Path, argv: list[str]):
     collector = SessionCollector(session)
     try:
         assert run_traced(argv, session, "T", cwd=out, tail=collector, running=running) == 0
-        early = {os.path.basename(p): r.digest for p, r in running.found.items()}
+        running.ended()
         records = collector.read_whole(running.seen).events.records
+        running.ended()
+        early = {os.path.basename(p): r.digest for p, r in running.found.items()}
+        if between is not None:
+            between()
+        if hashed is not None:
+            real = hasher.hash_files
+
+            def spy(paths, *a, **k):
+                paths = list(paths)
+                hashed.extend(os.path.basename(p) for p in paths)
+                return real(paths, *a, **k)
+
+            hasher.hash_files = spy  # type: ignore[method-assign]
         taken = versions(running.classified(records), hasher, early=running.found)
     finally:
         hasher.close()
@@ -283,6 +298,38 @@ def test_outputs_hashed_while_the_command_runs_are_the_content_it_left(tmp_path:
     truth = {f"f{i}.txt".encode(): blake3.blake3(
         (b"again-%02d" if i <= 10 else b"first-%02d") % i).hexdigest() for i in range(1, 40)}
     assert got == truth
+
+
+def test_files_left_as_the_command_exits_are_hashed_while_its_end_is_read(
+        tmp_path: Path) -> None:
+    # A command that writes its files and exits before the tail's first read: all of them
+    # are hashed as it exits (`ended`), beside the end's read and classification, and the
+    # end uses those digests instead of hashing again.  Each is the content left: the
+    # truth is the bytes the script wrote; one file is rewritten between the exit's hash
+    # and the end's look (another process, with as many bytes): its digest is the new one.
+    _usable()
+    import time
+
+    import blake3
+
+    n = 200
+    script = f"for i in $(seq 1 {n}); do printf 'left-%03d' $i > f$i.txt; done"
+    out = tmp_path / "out"
+
+    def rewrite() -> None:
+        time.sleep(0.02)  # a clock tick on, whatever the file system's timestamps
+        (out / "f7.txt").write_bytes(b"late-007")
+
+    hashed: list = []
+    running, early, got = _as_run_wait(tmp_path, ["sh", "-c", script], rewrite, hashed)
+    names = {f"f{i}.txt".encode() for i in range(1, n + 1)}
+    truth = {f"f{i}.txt".encode(): blake3.blake3(b"left-%03d" % i).hexdigest()
+             for i in range(1, n + 1)}
+    assert set(early) == names
+    assert early == truth  # as they were when the command exited
+    truth[b"f7.txt"] = blake3.blake3(b"late-007").hexdigest()
+    assert got == truth
+    assert hashed == [b"f7.txt"]  # the only one whose state moved since
 
 
 def test_records_read_out_of_time_order_are_classified_at_once_at_the_end(

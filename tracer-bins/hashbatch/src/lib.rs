@@ -10,12 +10,13 @@ use std::ffi::CStr;
 use std::os::raw::c_char;
 
 /// Bumped whenever `HashOut` or the entry point changes; the Python side checks it.
-const ABI: u32 = 1;
+const ABI: u32 = 2;
 
 #[repr(C)]
 pub struct HashOut {
-    /// 0: hashed; otherwise the step that failed: 1 open, 2 read, 3 stat after,
-    /// 4 not a regular file after.
+    /// 0: hashed; otherwise the step that failed: 1 open (or stat before), 2 read, 3 stat
+    /// after, 4 not a regular file (before or after); `roar_hash_files_exited` only: 5
+    /// changed during the read (the state after is given), 6 larger than its `max_size`.
     pub status: i32,
     pub errno: i32,
     pub nbytes: u64,
@@ -68,7 +69,37 @@ fn read_all(fd: i32, size: usize, buf: &mut Vec<u8>) -> Result<(), i32> {
     }
 }
 
-fn hash_one(path: &CStr, size: usize, buf: &mut Vec<u8>, out: &mut HashOut) {
+fn state_of(st: &libc::stat64, out: &mut HashOut) {
+    out.dev = st.st_dev;
+    out.ino = st.st_ino;
+    out.size = st.st_size;
+    out.mtime_ns = st.st_mtime * 1_000_000_000 + st.st_mtime_nsec;
+    out.ctime_ns = st.st_ctime * 1_000_000_000 + st.st_ctime_nsec;
+}
+
+/// `before`: where the caller has no stat of the file, the largest size to read; the path
+/// is stat'ed here before it is opened (a FIFO or a device is never opened) and its stat
+/// after the read must agree.
+fn hash_one(path: &CStr, size: usize, before: Option<i64>, buf: &mut Vec<u8>,
+            out: &mut HashOut) {
+    let mut first: libc::stat64 = unsafe { std::mem::zeroed() };
+    let mut size = size;
+    if let Some(max_size) = before {
+        if unsafe { libc::stat64(path.as_ptr(), &mut first) } != 0 {
+            out.status = 1;
+            out.errno = errno();
+            return;
+        }
+        if first.st_mode & libc::S_IFMT != libc::S_IFREG {
+            out.status = 4;
+            return;
+        }
+        if first.st_size > max_size {
+            out.status = 6;
+            return;
+        }
+        size = first.st_size as usize;
+    }
     // O_NONBLOCK: should a FIFO replace the file since the caller's stat, open must not hang.
     let flags = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK;
     let fd = unsafe { libc::open(path.as_ptr(), flags) };
@@ -98,11 +129,16 @@ fn hash_one(path: &CStr, size: usize, buf: &mut Vec<u8>, out: &mut HashOut) {
         out.status = 4;
         return;
     }
-    out.dev = st.st_dev;
-    out.ino = st.st_ino;
-    out.size = st.st_size;
-    out.mtime_ns = st.st_mtime * 1_000_000_000 + st.st_mtime_nsec;
-    out.ctime_ns = st.st_ctime * 1_000_000_000 + st.st_ctime_nsec;
+    state_of(&st, out);
+    if before.is_some() {
+        let same = (first.st_dev, first.st_ino, first.st_size, first.st_mtime,
+                    first.st_mtime_nsec, first.st_ctime, first.st_ctime_nsec)
+            == (st.st_dev, st.st_ino, st.st_size, st.st_mtime, st.st_mtime_nsec, st.st_ctime,
+                st.st_ctime_nsec);
+        if !same || out.nbytes != st.st_size as u64 {
+            out.status = 5;
+        }
+    }
 }
 
 /// Hashes `n` files: their NUL-terminated paths follow one another in `paths`, `sizes`
@@ -125,10 +161,37 @@ pub unsafe extern "C" fn roar_hash_files(
         let o = &mut *out.add(i);
         o.status = 0;
         o.errno = 0;
-        hash_one(path, (*sizes.add(i)).max(0) as usize, &mut buf, o);
+        hash_one(path, (*sizes.add(i)).max(0) as usize, None, &mut buf, o);
         if buf.capacity() > 1 << 20 {
             buf = Vec::with_capacity(64 * 1024); // one file that grew: do not keep its buffer
         }
+    }
+}
+
+/// Hashes `n` files as `roar_hash_files` does, for a caller that has not stat'ed them
+/// (files whose writers have exited, hashed beside a thread busy in Python, where a stat
+/// per file in Python would wait for that thread each time): each path is stat'ed before
+/// it is opened, and a file whose stat after the read differs is status 5.  Files of more
+/// than `max_size` bytes are status 6, not read.
+///
+/// # Safety
+/// `paths` holds `n` NUL-terminated strings back to back; `out` has `n` entries.
+#[no_mangle]
+pub unsafe extern "C" fn roar_hash_files_exited(
+    paths: *const c_char,
+    n: usize,
+    max_size: i64,
+    out: *mut HashOut,
+) {
+    let mut buf = Vec::with_capacity(64 * 1024);
+    let mut p = paths;
+    for i in 0..n {
+        let path = CStr::from_ptr(p);
+        p = p.add(path.to_bytes().len() + 1);
+        let o = &mut *out.add(i);
+        o.status = 0;
+        o.errno = 0;
+        hash_one(path, 0, Some(max_size), &mut buf, o);
     }
 }
 
