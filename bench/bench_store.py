@@ -27,7 +27,9 @@ roar's statement sizes and, as the baseline, statements of up to 500 rows and on
 rest (the driver keeps the statements it ran: one per remainder piled up).
 
 --statement-rows: the same big tasks written with each list of rows per multi-row statement
-(`_STATEMENT_ROWS`), the first the baseline, interleaved, a new store each.
+(`_STATEMENT_ROWS`), the first the baseline, interleaved, a new store each; the medians of
+the last half and of the first task (its connection's first: it compiles each statement
+size it runs, the largest not before it has written as many rows).
 
 --checkpoints: the same big tasks, and --small 2-file tasks committed one by one, with
 SQLite's checkpoints in the commit that takes the log past 1,000 pages (the baseline), and
@@ -301,6 +303,7 @@ def statement_rows(args: argparse.Namespace, root: Path) -> None:
     interleaved, each into a new store: ms per task, its last half's medians."""
     lists = [tuple(int(x) for x in rows.split(",")) for rows in args.statement_rows]
     late: dict[tuple[int, ...], list[float]] = {rows: [] for rows in lists}
+    first: dict[tuple[int, ...], list[float]] = {rows: [] for rows in lists}
     kept = S._STATEMENT_ROWS
     try:
         for r in range(args.rounds):
@@ -310,16 +313,19 @@ def statement_rows(args: argparse.Namespace, root: Path) -> None:
                 took = record(home, args.tasks, args.files, False)
                 shutil.rmtree(home)
                 late[rows] += took[len(took) // 2:]
+                first[rows].append(took[0])
             print(f"round {r + 1} done", file=sys.stderr)
     finally:
         S._STATEMENT_ROWS = kept
     base = statistics.median(late[lists[0]])
+    base_first = statistics.median(first[lists[0]])
     print(f"{args.tasks} tasks of {args.files:,} new files each, a store per list and round "
-          f"({args.rounds} rounds); the last half of each sequence, median ms per task:")
+          f"({args.rounds} rounds); median ms per task of the last half of each sequence, "
+          "and of its first task (a new connection: every statement size compiled):")
     for rows in lists:
-        m = statistics.median(late[rows])
+        m, f = statistics.median(late[rows]), statistics.median(first[rows])
         print(f"  statements of {','.join(map(str, rows)):<22} {1e3 * m:7.1f} ms"
-              f"  ({m / base:.2f} x)")
+              f"  ({m / base:.2f} x)   first {1e3 * f:7.1f} ms  ({f / base_first:.2f} x)")
 
 
 def main() -> int:

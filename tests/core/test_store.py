@@ -413,6 +413,42 @@ def test_an_idle_checkpointed_store_leaves_big_commits_in_its_log(
     assert _in_database_file(home, small) == 3  # the last connection closed: checkpointed
 
 
+def test_a_connections_first_big_task_compiles_no_statement_of_the_largest_size(
+        tmp_path: Path, monkeypatch) -> None:
+    # SQLite compiles a multi-row statement the first time a connection runs it, at more
+    # per row than running it: a new recorder's first big task writes its rows in
+    # statements of the next size, and a connection that wrote as many rows before (a
+    # long-lived recorder) uses the largest.  Seen here: the statements SQLite itself ran.
+    ran: list[str] = []
+    made = store_module._sqlite_engine
+
+    def engine(url, *args):
+        e = made(url, *args)
+
+        @event.listens_for(e, "connect")
+        def _trace(dbapi_conn, _record) -> None:
+            dbapi_conn.set_trace_callback(ran.append)
+
+        return e
+
+    monkeypatch.setattr(store_module, "_sqlite_engine", engine)
+    n = 5000
+    largest = []
+    with Store.open(home=tmp_path / "home") as s:
+        for k in range(3):
+            writes = [Access(f"/out/{k}/{i:05d}.bin", "output", digest(k * 10**6 + i),
+                             size=i, mtime_ns=i) for i in range(n)]
+            run_id = task(s, f"big{k}", k)
+            ran.clear()
+            s.finish_task_run(run_id, "COMPLETE", T0 + timedelta(minutes=k + 1),
+                              accesses=writes)
+            rows = [q.count("'output'") for q in ran if q.startswith("INSERT INTO accesses")]
+            assert sum(rows) == n
+            largest.append(max(rows))
+            assert len(s.accesses_of(run_id)) == n
+    assert largest == [store_module._STATEMENT_ROWS[1]] + [store_module._STATEMENT_ROWS[0]] * 2
+
+
 def test_a_new_sqlite_store_uses_large_pages(tmp_path: Path) -> None:
     with Store.open(home=tmp_path / "new") as s:
         task(s, "t", 0)
