@@ -297,10 +297,10 @@ def run(cfg: Config, argv: list[str], job_name: str | None = None, *,
         print(f"roar-core: {argv[0]}: {e.strerror}", file=sys.stderr)
     if isinstance(running, OnceTouched):
         running = running.made  # None: the command ended before it touched a file
-    if running is not None:
-        running.ended()  # (its hashing goes on beside what follows)
     if exited is not None:
         exited(begun)
+    if running is not None:
+        running.ended()  # (its hashing goes on beside what follows)
     read = captured = summary = None
     hasher = None
     if collector is not None:

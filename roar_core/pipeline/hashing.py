@@ -359,7 +359,9 @@ class Hasher:
         batch = self._native_batch(len(paths))
         if batch is None:
             return None
-        todo = [(p, n) for p in paths if 0 not in (n := os.fsencode(p))]  # (see _hash_native)
+        # (NUL: see _hash_native.  A task's paths come as bytes: no copy of each.)
+        todo = [(p, n) for p in paths
+                if b"\0" not in (n := p if isinstance(p, bytes) else os.fsencode(p))]
         parts = max(1, min(self.workers, len(todo) // _NATIVE_MIN))
         step = math.ceil(len(todo) / parts)
         chunks = [todo[i : i + step] for i in range(0, len(todo), step)]
