@@ -389,8 +389,17 @@ def _state(s: FileState | None) -> list[int] | None:
     return None if s is None else list(s)
 
 
+# The named tuples' own __new__ is Python: per file of a big task's end read by its
+# recorder, tuple.__new__ makes each in half the time (from_dict, 5,000 files: 7.0 -> 5.5 ms).
+_new = tuple.__new__
+
+
 def _unstate(s: list[int] | None) -> FileState | None:
-    return None if s is None else FileState(*s)
+    if s is None:
+        return None
+    if len(s) != 5:  # (what FileState(*s) would have refused)
+        raise ValueError(f"not a file state: {s!r}")
+    return _new(FileState, s)
 
 
 def _unversion(v: list[Any]) -> Version:
@@ -471,7 +480,7 @@ def from_dict(data: dict[str, Any]) -> Capture:
                       else _unstate(state))
             else:
                 path, st = _unpath(ref), _unstate(state)
-            got[path] = Version(digest, size, st, why)
+            got[path] = _new(Version, (digest, size, st, why))
     return c
 
 

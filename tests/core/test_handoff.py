@@ -90,6 +90,16 @@ def test_versions_come_back_from_the_line_as_taken(tmp_path: Path) -> None:
         assert text.count(json.dumps(os.fsdecode(a.path))) == every.count(a.path), a.path
 
 
+def test_a_line_with_a_broken_file_state_is_refused(tmp_path: Path) -> None:
+    # Never a state of other fields (compared with the stat cache's and the file's): the
+    # line is refused as a whole, as the named tuple's own constructor refused it.
+    data = capture_mod.to_dict(_traced_capture(tmp_path))
+    broken = next(a for a in data["outputs"] if a[7] is not None)
+    broken[7] = broken[7][:3]
+    with pytest.raises(ValueError, match="not a file state"):
+        capture_mod.from_dict(_as_logged(data))
+
+
 def _format_1(c: capture_mod.Capture) -> dict:
     """A capture as roar-core wrote it before format 2 (paths and states in full)."""
     def state(s):
