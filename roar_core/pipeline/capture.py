@@ -262,8 +262,8 @@ class WhileRunning:
     def ended(self) -> None:
         """The command has exited: the files due so far are hashed on the hasher's pool
         while this thread goes on in Python.  Called as it exits (beside the read of the
-        logs' rest) and again once they are read (beside the classification): measured,
-        5,000 files written, ~15 ms less before `roar-core run --wait` hands the run on.
+        logs' rest) and again once they are read (beside the classification): measured
+        (`bench_core.py`, alternated), 2.8 us per file less end to end at 5,000 files.
         Checked as every early digest is: one stands where the state `classified` finds
         is the one read before and after its read."""
         if self._due and not self._mappable:

@@ -356,12 +356,12 @@ class Hasher:
         check against the state it finds); files that failed, changed, are not regular or
         hold more than `max_size` bytes are left out, for the usual path.  Nothing is
         cached here.  None without the native hasher."""
-        batch = self._native_batch(len(paths))
-        if batch is None:
-            return None
         # (NUL: see _hash_native.  A task's paths come as bytes: no copy of each.)
         todo = [(p, n) for p in paths
                 if b"\0" not in (n := p if isinstance(p, bytes) else os.fsencode(p))]
+        batch = self._native_batch(len(todo))
+        if batch is None:
+            return None
         parts = max(1, min(self.workers, len(todo) // _NATIVE_MIN))
         step = math.ceil(len(todo) / parts)
         chunks = [todo[i : i + step] for i in range(0, len(todo), step)]
@@ -378,9 +378,8 @@ class Hasher:
                 for (path, _), row in zip(chunk, rows, strict=True):
                     status, _, nbytes, _, dev, ino, size, mtime_ns, ctime_ns, hexd = row
                     if status == 0:
-                        out[path] = HashResult(path, hexd.decode(), nbytes,
-                                               FileState(dev, ino, size, mtime_ns, ctime_ns),
-                                               True, False)
+                        state = FileState(dev, ino, size, mtime_ns, ctime_ns)
+                        out[path] = HashResult(path, hexd.decode(), nbytes, state, True, False)
             return out
 
         return results

@@ -655,6 +655,7 @@ def test_files_left_at_exit_are_hashed_on_the_pool_with_their_state(
             assert (r.digest, r.size, r.stable) == (b3(f.read()), os.stat(p).st_size, True)
         assert r.state == FileState.of(os.stat(p)) and r.path is p
     assert Hasher(native=False).start_exited(files, 65_536) is None  # the usual path only
+    assert Hasher().start_exited([b"/a\0b"] * 20, 65_536) is None  # none it could open
 
 
 def test_files_left_at_exit_are_stated_before_they_are_opened(
