@@ -141,6 +141,28 @@ fn hash_one(path: &CStr, size: usize, before: Option<i64>, buf: &mut Vec<u8>,
     }
 }
 
+/// The loop of both entry points: `what(i)` is file i's (size, before) for `hash_one`.
+///
+/// # Safety
+/// `paths` holds `n` NUL-terminated strings back to back; `out` has `n` entries.
+unsafe fn hash_each(paths: *const c_char, n: usize, out: *mut HashOut,
+                    what: impl Fn(usize) -> (usize, Option<i64>)) {
+    let mut buf = Vec::with_capacity(64 * 1024);
+    let mut p = paths;
+    for i in 0..n {
+        let path = CStr::from_ptr(p);
+        p = p.add(path.to_bytes().len() + 1);
+        let o = &mut *out.add(i);
+        o.status = 0;
+        o.errno = 0;
+        let (size, before) = what(i);
+        hash_one(path, size, before, &mut buf, o);
+        if buf.capacity() > 1 << 20 {
+            buf = Vec::with_capacity(64 * 1024); // one file that grew: do not keep its buffer
+        }
+    }
+}
+
 /// Hashes `n` files: their NUL-terminated paths follow one another in `paths`, `sizes`
 /// holds each one's size as last stat'ed, and one `HashOut` per file goes to `out`.
 ///
@@ -153,19 +175,7 @@ pub unsafe extern "C" fn roar_hash_files(
     n: usize,
     out: *mut HashOut,
 ) {
-    let mut buf = Vec::with_capacity(64 * 1024);
-    let mut p = paths;
-    for i in 0..n {
-        let path = CStr::from_ptr(p);
-        p = p.add(path.to_bytes().len() + 1);
-        let o = &mut *out.add(i);
-        o.status = 0;
-        o.errno = 0;
-        hash_one(path, (*sizes.add(i)).max(0) as usize, None, &mut buf, o);
-        if buf.capacity() > 1 << 20 {
-            buf = Vec::with_capacity(64 * 1024); // one file that grew: do not keep its buffer
-        }
-    }
+    hash_each(paths, n, out, |i| ((*sizes.add(i)).max(0) as usize, None));
 }
 
 /// Hashes `n` files as `roar_hash_files` does, for a caller that has not stat'ed them
@@ -183,16 +193,7 @@ pub unsafe extern "C" fn roar_hash_files_exited(
     max_size: i64,
     out: *mut HashOut,
 ) {
-    let mut buf = Vec::with_capacity(64 * 1024);
-    let mut p = paths;
-    for i in 0..n {
-        let path = CStr::from_ptr(p);
-        p = p.add(path.to_bytes().len() + 1);
-        let o = &mut *out.add(i);
-        o.status = 0;
-        o.errno = 0;
-        hash_one(path, 0, Some(max_size), &mut buf, o);
-    }
+    hash_each(paths, n, out, |_| (0, Some(max_size)));
 }
 
 #[no_mangle]
