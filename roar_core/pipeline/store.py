@@ -866,7 +866,8 @@ _STATEMENT_ROWS = (2048, 512, 128, 64, 32)
 # run's big one, in a recorder of its own) would pay that for one use: its rows go in
 # statements of the next size, and the largest is used once the connection has written as
 # many rows with that statement before.  Measured, `bench_core.py` (a fresh recorder per
-# 5,000-file run): 2.5 us per file less; a long-lived recorder's later tasks as before.
+# 5,000-file run, alternated): ~2 us per file less; a long-lived recorder's later tasks
+# as before.
 _WRITTEN = "roar_bulk_rows"
 
 

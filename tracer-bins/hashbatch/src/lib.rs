@@ -77,29 +77,47 @@ fn state_of(st: &libc::stat64, out: &mut HashOut) {
     out.ctime_ns = st.st_ctime * 1_000_000_000 + st.st_ctime_nsec;
 }
 
+/// The path's stat where it is a regular file (the path, not an fd: a rename over it shows
+/// as another inode); else `out` says why: `failed` where the stat failed, 4 where it is
+/// not a regular file.
+fn regular_stat(path: &CStr, failed: i32, out: &mut HashOut) -> Option<libc::stat64> {
+    let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
+    if unsafe { libc::stat64(path.as_ptr(), &mut st) } != 0 {
+        out.status = failed;
+        out.errno = errno();
+        return None;
+    }
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        out.status = 4;
+        return None;
+    }
+    Some(st)
+}
+
+/// What a write or a replacement changes: the fields of the caller's `FileState`.
+fn state_key(st: &libc::stat64) -> (u64, u64, i64, i64, i64, i64, i64) {
+    (st.st_dev, st.st_ino, st.st_size, st.st_mtime, st.st_mtime_nsec, st.st_ctime,
+     st.st_ctime_nsec)
+}
+
 /// `before`: where the caller has no stat of the file, the largest size to read; the path
 /// is stat'ed here before it is opened (a FIFO or a device is never opened) and its stat
 /// after the read must agree.
 fn hash_one(path: &CStr, size: usize, before: Option<i64>, buf: &mut Vec<u8>,
             out: &mut HashOut) {
-    let mut first: libc::stat64 = unsafe { std::mem::zeroed() };
     let mut size = size;
-    if let Some(max_size) = before {
-        if unsafe { libc::stat64(path.as_ptr(), &mut first) } != 0 {
-            out.status = 1;
-            out.errno = errno();
-            return;
+    let first = match before {
+        None => None,
+        Some(max_size) => {
+            let Some(st) = regular_stat(path, 1, out) else { return };
+            if st.st_size > max_size {
+                out.status = 6;
+                return;
+            }
+            size = st.st_size as usize;
+            Some(st)
         }
-        if first.st_mode & libc::S_IFMT != libc::S_IFREG {
-            out.status = 4;
-            return;
-        }
-        if first.st_size > max_size {
-            out.status = 6;
-            return;
-        }
-        size = first.st_size as usize;
-    }
+    };
     // O_NONBLOCK: should a FIFO replace the file since the caller's stat, open must not hang.
     let flags = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK;
     let fd = unsafe { libc::open(path.as_ptr(), flags) };
@@ -118,24 +136,10 @@ fn hash_one(path: &CStr, size: usize, before: Option<i64>, buf: &mut Vec<u8>,
     }
     out.nbytes = buf.len() as u64;
     out.hex.copy_from_slice(blake3::hash(buf).to_hex().as_bytes());
-    // The path, not the fd: a rename over it meanwhile shows as another inode.
-    let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
-    if unsafe { libc::stat64(path.as_ptr(), &mut st) } != 0 {
-        out.status = 3;
-        out.errno = errno();
-        return;
-    }
-    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-        out.status = 4;
-        return;
-    }
+    let Some(st) = regular_stat(path, 3, out) else { return };
     state_of(&st, out);
-    if before.is_some() {
-        let same = (first.st_dev, first.st_ino, first.st_size, first.st_mtime,
-                    first.st_mtime_nsec, first.st_ctime, first.st_ctime_nsec)
-            == (st.st_dev, st.st_ino, st.st_size, st.st_mtime, st.st_mtime_nsec, st.st_ctime,
-                st.st_ctime_nsec);
-        if !same || out.nbytes != st.st_size as u64 {
+    if let Some(first) = first {
+        if state_key(&first) != state_key(&st) || out.nbytes != st.st_size as u64 {
             out.status = 5;
         }
     }
