@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from sqlalchemy import Connection, bindparam, func, select
+from sqlalchemy import Connection, bindparam, func, literal_column, select
 
 from roar_core.pipeline.direct import Direct
 from roar_core.pipeline.store_schema import AccessRow, FileVersionRow, TaskRunRow
@@ -158,6 +158,12 @@ def _chunks(items: Iterable[str]) -> Iterator[list[str]]:
     batch = sorted(set(items))
     for i in range(0, len(batch), _CHUNK):
         yield batch[i : i + _CHUNK]
+
+
+# Written out, not a parameter: the partial index of inputs' digests
+# (`ix_accesses_input_digest`) serves only a query that implies its condition, and
+# PostgreSQL's generic plan of a prepared statement cannot know a parameter's value.
+_INPUT = literal_column("'input'")
 
 
 def _run_node(row: Any) -> RunNode:
@@ -404,7 +410,7 @@ def downstream(conn: Connection, key: str, depth: int | None,
                         TaskRunRow.started_at,
                     )
                     .join(TaskRunRow, AccessRow.task_run_id == TaskRunRow.run_id)
-                    .where(AccessRow.digest.in_(chunk), AccessRow.role == "input")
+                    .where(AccessRow.digest.in_(chunk), AccessRow.role == _INPUT)
                 )
             )
         candidates = producer_candidates(conn, digests)

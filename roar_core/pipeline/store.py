@@ -259,7 +259,7 @@ def _normalize_url(url: str) -> URL:
 # The revision `roar_core/migrations/` ends at (a test keeps the two equal).  Checked before
 # Alembic is imported: every process that opens the store would otherwise pay ~0.1 s of
 # imports to learn that there is nothing to migrate.
-SCHEMA_HEAD = "0005"
+SCHEMA_HEAD = "0006"
 
 
 def _alembic_config() -> Any:

@@ -166,7 +166,11 @@ class AccessRow(Base):
     __tablename__ = "accesses"
     __table_args__ = (
         Index("ix_accesses_task_run_id", "task_run_id"),
-        Index("ix_accesses_digest_role", "digest", "role"),
+        # Inputs only: who read a content (downstream lineage) is the one lookup by
+        # digest, and outputs, most rows of a big task, would each pay a random-key insert.
+        # (`lineage` writes `role = 'input'` out: see `_INPUT` there.)
+        Index("ix_accesses_input_digest", "digest", sqlite_where=text("role = 'input'"),
+              postgresql_where=text("role = 'input'")),
         Index("ix_accesses_uri", "uri"),
     )
 

@@ -541,6 +541,79 @@ def test_downstream_lineage_from_a_source_file(store: Store, tmp_path: Path) -> 
     assert {r.job_name for r in one.runs.values()} == {"cp"}
 
 
+def _accesses_indexes(where: Where) -> set[str]:
+    engine = create_engine(where.sa_url())
+    try:
+        with engine.connect() as conn:
+            return {ix["name"] for ix in inspect(conn).get_indexes("accesses")}
+    finally:
+        engine.dispose()
+
+
+def test_a_store_of_the_last_schema_keeps_its_lineage_with_the_index_of_inputs(
+        where: Where, tmp_path: Path) -> None:
+    """Revision 0006 replaced the accesses' (digest, role) index by one of inputs' digests
+    alone: a store written before it answers the same lineage after it, either way."""
+    with where.open() as s:
+        pipeline(s, tmp_path)
+        before = (s.lineage(str(tmp_path / "a.txt"), "downstream"),
+                  s.lineage(str(tmp_path / "report.txt")))
+    engine = create_engine(where.sa_url())
+    try:
+        from alembic import command
+
+        with engine.begin() as conn:
+            cfg = _alembic_config()
+            cfg.attributes["connection"] = conn
+            command.downgrade(cfg, "0005")
+    finally:
+        engine.dispose()
+    assert {"ix_accesses_digest_role"} <= _accesses_indexes(where)
+    assert "ix_accesses_input_digest" not in _accesses_indexes(where)
+    with where.open() as s:  # migrated to head again
+        after = (s.lineage(str(tmp_path / "a.txt"), "downstream"),
+                 s.lineage(str(tmp_path / "report.txt")))
+    indexes = _accesses_indexes(where)
+    assert "ix_accesses_input_digest" in indexes and "ix_accesses_digest_role" not in indexes
+    for old, new in zip(before, after, strict=True):
+        assert (new.runs, new.artifacts, new.edges) == (old.runs, old.artifacts, old.edges)
+    assert {r.job_name for r in after[0].runs.values()} == {"cp", "transform", "report"}
+
+
+def test_downstream_lineage_looks_readers_up_in_the_index_of_inputs(
+        tmp_path: Path, monkeypatch) -> None:
+    # The index holds inputs only (outputs never pay for it): the readers of a content,
+    # the one lookup of accesses by digest, must still be found through it, not a scan.
+    ran: list[str] = []
+    made = store_module._sqlite_engine
+
+    def engine(url, *args):
+        e = made(url, *args)
+
+        @event.listens_for(e, "connect")
+        def _trace(dbapi_conn, _record) -> None:
+            dbapi_conn.set_trace_callback(ran.append)
+
+        return e
+
+    monkeypatch.setattr(store_module, "_sqlite_engine", engine)
+    with Store.open(home=tmp_path / "home") as s:
+        pipeline(s, tmp_path)
+        ran.clear()
+        graph = s.lineage(str(tmp_path / "a.txt"), "downstream")
+    assert {r.job_name for r in graph.runs.values()} == {"cp", "transform", "report"}
+    readers = [q for q in ran if q.lstrip().startswith("SELECT") and "FROM accesses JOIN"
+               in q.replace("\n", " ") and "accesses.digest IN" in q]
+    assert readers, ran
+    db = sqlite3.connect(tmp_path / "home" / store_module.DB_FILENAME)
+    try:
+        for q in readers:
+            plan = " / ".join(row[-1] for row in db.execute("EXPLAIN QUERY PLAN " + q))
+            assert "USING INDEX ix_accesses_input_digest" in plan, plan
+    finally:
+        db.close()
+
+
 def test_read_modify_write_keeps_the_version_read(store: Store, tmp_path: Path) -> None:
     f = str(tmp_path / "f.json")
     writer = task(store, "init", 0)
