@@ -6,6 +6,7 @@
     python bench/bench_store.py --memory 160
     python bench/bench_store.py --statement-rows 2048,512,128,64,32 128,64,32 [--rounds 4]
     python bench/bench_store.py --checkpoints [--tasks 8] [--files 5000] [--small 1000]
+    python bench/bench_store.py --earlier [--tasks 4] [--files 5000] [--rounds 10]
 
 Each task's end goes in as the recorder writes it (`Store.finish_task_run` in a batch: its
 start row, its accesses, its versions), with random digests (every file new content).
@@ -37,6 +38,10 @@ as a recorder's store (`idle_checkpoints`) checkpointed between tasks: after eac
 after every 100 small ones (a busy recorder's CHECKPOINT_S); interleaved, a new store each.
 Per task: what its commit path took (what an answer waits for) and, apart, the checkpoints.
 
+--earlier: the same big tasks into roar's store as it was before revision 0006 (SQLite
+checked each foreign key per row; every access, outputs too, went into a digest index), with
+the keys checked alone, and as it is; interleaved, a new store each.
+
 --page-sizes: the same sequence of big tasks, and --small tasks of 2 files each (one reads
 the previous one's output) committed one by one as a recorder answering each task as it
 ends does, into stores made with each page size, interleaved; per task medians (small:
@@ -65,19 +70,35 @@ from roar_core.pipeline.store_records import Access, TaskRun  # noqa: E402
 
 
 def record(home: Path, tasks: int, files: int, default_cache: bool,
-           checkpoints: list[float] | None = None) -> list[float]:
+           checkpoints: list[float] | None = None, *, checked: bool = False,
+           every_digest: bool = False) -> list[float]:
     """Seconds per task; `checkpoints`: the store checkpoints between tasks (as a recorder's
-    does), each one's seconds appended there."""
+    does), each one's seconds appended there.  As roar's store was before: `checked`,
+    SQLite checks each foreign key per row; `every_digest`, the accesses' digest index
+    holds every access (0005's `(digest, role)`), not inputs alone."""
     made = S._sqlite_engine
 
     def engine(url, *args):
         e = made(url, *args)
-        if default_cache:
+        if default_cache or checked:
             @event.listens_for(e, "connect")
             def _default(dbapi_conn, _record) -> None:
-                dbapi_conn.execute("PRAGMA cache_size = -2000")  # SQLite's default
+                if default_cache:
+                    dbapi_conn.execute("PRAGMA cache_size = -2000")  # SQLite's default
+                if checked:
+                    dbapi_conn.execute("PRAGMA foreign_keys = ON")
         return e
 
+    if every_digest:
+        S.Store.open(home=home).close()
+        import sqlite3
+
+        (path,) = home.glob("*.db")
+        con = sqlite3.connect(path)
+        con.execute("DROP INDEX ix_accesses_input_digest")
+        con.execute("CREATE INDEX ix_accesses_digest_role ON accesses (digest, role)")
+        con.commit()
+        con.close()
     S._sqlite_engine = engine
     try:
         store = S.Store.open(home=home, idle_checkpoints=checkpoints is not None)
@@ -152,7 +173,7 @@ def raw_rows(home: Path, tasks: int, files: int, secondary: bool) -> list[float]
     S.Store.open(home=home).close()  # the schema, as roar makes it
     (path,) = home.glob("*.db")
     con = sqlite3.connect(path, isolation_level=None)
-    for pragma in ("journal_mode = WAL", "synchronous = NORMAL", "foreign_keys = ON",
+    for pragma in ("journal_mode = WAL", "synchronous = NORMAL", "foreign_keys = OFF",
                    f"cache_size = -{S.SQLITE_CACHE_KIB}"):
         con.execute(f"PRAGMA {pragma}")
     if not secondary:
@@ -328,6 +349,35 @@ def statement_rows(args: argparse.Namespace, root: Path) -> None:
               f"  ({m / base:.2f} x)   first {1e3 * f:7.1f} ms  ({f / base_first:.2f} x)")
 
 
+def earlier(args: argparse.Namespace, root: Path) -> None:
+    """The same big tasks into roar's store as it was before 0006 (the baseline: foreign
+    keys checked per row, every access in the digest index), with the keys checked alone,
+    and as it is; interleaved, a new store each: medians of the first task (a new store's,
+    what `roar-core run --wait` pays) and of the rest."""
+    kinds = {"before: keys checked, every access's digest indexed": dict(checked=True,
+                                                                         every_digest=True),
+             "keys checked, inputs' digests indexed": dict(checked=True),
+             "roar's store": {}}
+    first: dict[str, list[float]] = {k: [] for k in kinds}
+    rest: dict[str, list[float]] = {k: [] for k in kinds}
+    for r in range(args.rounds):
+        for i, name in enumerate(kinds if r % 2 == 0 else list(kinds)[::-1]):
+            home = root / f"{r}-{i}"
+            took = record(home, args.tasks, args.files, False, **kinds[name])
+            shutil.rmtree(home)
+            first[name].append(took[0])
+            rest[name] += took[1:]
+        print(f"round {r + 1} done", file=sys.stderr)
+    base = list(kinds)[0]
+    b_first, b_rest = statistics.median(first[base]), statistics.median(rest[base])
+    print(f"{args.tasks} tasks of {args.files:,} new files each, a store per kind and round "
+          f"({args.rounds} rounds): median ms per task, and us per file less than before")
+    for name in kinds:
+        f, m = statistics.median(first[name]), statistics.median(rest[name])
+        print(f"  {name:<54} first {1e3 * f:6.1f} ({1e6 * (b_first - f) / args.files:5.2f})"
+              f"   later {1e3 * m:6.1f} ({1e6 * (b_rest - m) / args.files:5.2f})")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", type=int, default=8)
@@ -345,6 +395,8 @@ def main() -> int:
     ap.add_argument("--memory", type=int, metavar="N",
                     help="a long-lived store's size over N tasks of as many sizes")
     ap.add_argument("--memory-child", metavar="ROWS", help=argparse.SUPPRESS)
+    ap.add_argument("--earlier", action="store_true",
+                    help="roar's store against itself as it was before revision 0006")
     ap.add_argument("--statement-rows", nargs="+", metavar="N,N...",
                     help="compare these lists of rows per statement (the first: baseline)")
     args = ap.parse_args()
@@ -352,7 +404,7 @@ def main() -> int:
     mode = (page_sizes if args.page_sizes else floor if args.floor else memory if args.memory
             else memory_child if args.memory_child is not None
             else statement_rows if args.statement_rows
-            else checkpoints if args.checkpoints else None)
+            else checkpoints if args.checkpoints else earlier if args.earlier else None)
     if mode is not None:
         try:
             mode(args, root)

@@ -245,3 +245,30 @@ def s3(s3_url: str) -> Iterator[object]:
     _empty(client)
     yield client
     _empty(client)
+
+
+@pytest.fixture(autouse=True)
+def _stores_hold_no_dangling_reference(request: pytest.FixtureRequest) -> Iterator[None]:
+    """SQLite's connections do not check foreign keys per row (roar_core.pipeline.store:
+    the writer makes each row a reference points to first): every SQLite store a test
+    leaves under its tmp_path, whatever wrote it (a recorder, an engine's suite), must
+    hold no reference to a row that is not there."""
+    root = (request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames
+            else None)
+    yield
+    if root is None:
+        return
+    import sqlite3
+
+    for db in root.rglob("lineage.db"):
+        try:
+            conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+        except sqlite3.Error:
+            continue
+        try:
+            dangling = conn.execute("PRAGMA foreign_key_check").fetchall()
+        except sqlite3.Error:  # not a store (a test's garbage on purpose), or locked
+            continue
+        finally:
+            conn.close()
+        assert not dangling, f"{db}: rows referencing no row: {dangling[:5]}"
