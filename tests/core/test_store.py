@@ -413,12 +413,8 @@ def test_an_idle_checkpointed_store_leaves_big_commits_in_its_log(
     assert _in_database_file(home, small) == 3  # the last connection closed: checkpointed
 
 
-def test_a_connections_first_big_task_compiles_no_statement_of_the_largest_size(
-        tmp_path: Path, monkeypatch) -> None:
-    # SQLite compiles a multi-row statement the first time a connection runs it, at more
-    # per row than running it: a new recorder's first big task writes its rows in
-    # statements of the next size, and a connection that wrote as many rows before (a
-    # long-lived recorder) uses the largest.  Seen here: the statements SQLite itself ran.
+def _statements_sqlite_runs(monkeypatch) -> list[str]:
+    """The statements SQLite itself runs, as it ran them, on the stores opened from now."""
     ran: list[str] = []
     made = store_module._sqlite_engine
 
@@ -432,6 +428,16 @@ def test_a_connections_first_big_task_compiles_no_statement_of_the_largest_size(
         return e
 
     monkeypatch.setattr(store_module, "_sqlite_engine", engine)
+    return ran
+
+
+def test_a_connections_first_big_task_compiles_no_statement_of_the_largest_size(
+        tmp_path: Path, monkeypatch) -> None:
+    # SQLite compiles a multi-row statement the first time a connection runs it, at more
+    # per row than running it: a new recorder's first big task writes its rows in
+    # statements of the next size, and a connection that wrote as many rows before (a
+    # long-lived recorder) uses the largest.  Seen here: the statements SQLite itself ran.
+    ran = _statements_sqlite_runs(monkeypatch)
     n = 5000
     largest = []
     with Store.open(home=tmp_path / "home") as s:
@@ -616,19 +622,7 @@ def test_downstream_lineage_looks_readers_up_in_the_index_of_inputs(
         tmp_path: Path, monkeypatch) -> None:
     # The index holds inputs only (outputs never pay for it): the readers of a content,
     # the one lookup of accesses by digest, must still be found through it, not a scan.
-    ran: list[str] = []
-    made = store_module._sqlite_engine
-
-    def engine(url, *args):
-        e = made(url, *args)
-
-        @event.listens_for(e, "connect")
-        def _trace(dbapi_conn, _record) -> None:
-            dbapi_conn.set_trace_callback(ran.append)
-
-        return e
-
-    monkeypatch.setattr(store_module, "_sqlite_engine", engine)
+    ran = _statements_sqlite_runs(monkeypatch)
     with Store.open(home=tmp_path / "home") as s:
         pipeline(s, tmp_path)
         ran.clear()
