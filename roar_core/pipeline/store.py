@@ -67,7 +67,7 @@ from roar_core.pipeline.store_records import (
     canonical_digest,
     check_aware,
     check_status,
-    checked_access,
+    checked_accesses,
     code_json,
     dataset_identity,
 )
@@ -565,7 +565,7 @@ class Store:
             values["untraced_reason"] = untraced_reason
         elif untraced_reason is not None:
             values["untraced_reason"] = untraced_reason
-        checked = [checked_access(a) for a in accesses]
+        checked = checked_accesses(accesses)
         # Inside a batch (it commits later), a big task's rows are written on the helper.
         later = (self._write_later if len(checked) >= _WRITE_LATER_MIN
                  and getattr(self._batch, "conn", None) is not None else None)
@@ -593,7 +593,7 @@ class Store:
         identity; an input whose content was last produced under another path names that
         output in `match` (an inferred edge, for the caller to publish as such).
         """
-        checked = [checked_access(a) for a in accesses]
+        checked = checked_accesses(accesses)
         if not checked:
             return []
         with self._transaction(f"cannot record accesses of {task_run_id}", write=True) as conn:
@@ -604,7 +604,7 @@ class Store:
         """What `finish_task_run` returned for these accesses of a task stored already,
         found again without writing: for the events of a task whose recorder died after
         storing it and before making them."""
-        checked = [checked_access(a) for a in accesses]
+        checked = checked_accesses(accesses)
         if not checked:
             return []
         with self._transaction(f"cannot read task run {task_run_id}", write=False) as conn:

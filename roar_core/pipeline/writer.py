@@ -481,19 +481,22 @@ class LineageWriter:
                                    path_read=a.read_via[0] if a.read_via else None,
                                    note=v.why if v.digest is None else None,
                                    object_version=a.obj and a.obj.version))
+        # (Names bound once: a big task's thousands of outputs are on the path to its answer.)
+        taken, made, add = captured.outputs.get, outputs.append, accesses.append
         for a in io.outputs:
-            v = captured.outputs.get(a.path) or _GONE
-            obj_version = a.obj and a.obj.version
-            if v.digest is None and a.obj and a.obj.source:  # a copy: its source's bytes
+            v = taken(a.path) or _GONE
+            obj = a.obj
+            obj_version = obj and obj.version
+            if v.digest is None and obj and obj.source:  # a copy: its source's bytes
                 if ahead:
                     return None
-                v = self._stored_object(*a.obj.source, v)
-            lifecycle = "OVERWRITE" if a.existed else "CREATE"
-            outputs.append((a.name, v.digest, v.size, lifecycle, None, v.why, obj_version))
-            accesses.append(Access(uri=a.name, role="output", digest=_stored(v.digest),
-                                   size=v.size, mtime_ns=v.state.mtime_ns if v.state else None,
-                                   note=v.why if v.digest is None else None,
-                                   object_version=obj_version))
+                v = self._stored_object(*obj.source, v)
+            digest, state = v.digest, v.state
+            made((a.name, digest, v.size, "OVERWRITE" if a.existed else "CREATE", None, v.why,
+                  obj_version))
+            add(Access(a.name, "output", None if digest is None else "blake3:" + digest, v.size,
+                       state.mtime_ns if state else None, None,
+                       v.why if digest is None else None, obj_version))
         for a in io.deleted:
             outputs.append((a.name, None, None, "DROP"))
             accesses.append(Access(uri=a.name, role="deleted", digest=None))
