@@ -15,6 +15,8 @@ which tells a dead process from a later one that got the same pid: that one star
     {"v": 1, "pid": 123, "start": 0, "boot": 456,                 first line, by the producer
      "host": "node-1", "common": {...}}                          (fields all its tasks share)
     {"wb": {...workflow run...}}                                  a workflow run began
+                                                                 ("started": the producer
+                                                                 stored it, sent its START)
     {"b": {...TaskMeta...}, "lifetime": false, "d": "<dir>"}     a task began   (producer)
     {"e": "<run id>", "s": "COMPLETE", "t": "<iso>", ...}        it ended       (producer;
                                                                  "lf": the states it left
@@ -394,7 +396,9 @@ class TaskLog:
 
     def workflow_begun(self, run: dict[str, Any]) -> None:
         """`run`: namespace, job_name, run_id, engine, started_at (ISO-8601), facets,
-        engine_version ({name, version})."""
+        engine_version ({name, version}); `started`: True where this producer has stored
+        the run and sent its START itself (the recorder then only ends it: as logged, or
+        ABORT should the producer die first)."""
         self._write({"wb": run})
 
     def workflow_ended(self, run_id: str, status: str, error: str | None = None) -> None:
@@ -608,7 +612,9 @@ class Workflow(Slotted):
         self.run = run
         # (status, error, when)
         self.ended: tuple[str, str | None, datetime] | None = None
-        self.started = False
+        # Stored and its START sent by the producer itself (Ray's driver, before its tasks
+        # may name it): the recorder only ends it.
+        self.started = bool(run.get("started"))
         self.done = False
 
 

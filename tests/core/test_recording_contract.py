@@ -43,9 +43,10 @@ PRODUCER = textwrap.dedent('''
     print("ready", flush=True)
     for line in sys.stdin:
         op, *args = line.split()
-        if op == "wbegin":
-            workflow = {"namespace": "contract", "job_name": "w", "run_id": args[0]}
-            log.workflow_begun({**workflow, "engine": "test",
+        if op == "wbegin":  # RUN_ID [NAMESPACE: stored and its START sent by the test]
+            workflow = {"namespace": args[1] if len(args) > 1 else "contract",
+                        "job_name": "w", "run_id": args[0]}
+            log.workflow_begun({**workflow, "engine": "test", "started": len(args) > 1,
                                 "started_at": datetime.now(timezone.utc).isoformat()})
         elif op == "wend":
             log.workflow_ended(args[0], "COMPLETE")
@@ -195,6 +196,33 @@ def test_a_killed_producers_open_task_is_abort_with_what_it_wrote(tmp_path, cfg,
     assert a.removeprefix("blake3:") == digest(b"input\none")
     assert b.removeprefix("blake3:") == digest(b"input\ntwo")
     assert terminal_events(cfg) == {run_id(1): ["COMPLETE"], run_id(2): ["ABORT"]}
+
+
+def test_a_workflow_run_its_producer_started_ends_abort_when_the_producer_dies(
+        tmp_path, cfg, session):
+    """Ray's driver stores its job's run and sends the START itself (before any task may
+    name the run), then logs it as started: killed mid-job, it leaves the run to the
+    recorder, which ends it ABORT and sends no START of its own."""
+    roar = Roar(cfg)
+    ref = roar.start_workflow("w", engine="test", run_id=run_id(90))
+    roar.close()  # (its START delivered)
+    p = Producer(session, tmp_path)
+    p.do(f"wbegin {ref.run_id} {ref.namespace}")
+    p.kill()
+    wait_recorded(session)
+    roar = Roar(cfg, send=False)
+    try:
+        run = roar.store.workflow_run(ref.run_id)
+    finally:
+        roar.close(timeout=0)
+    assert run is not None and run.status == "ABORT" and run.ended_at is not None
+    path = Path(cfg.home) / "openlineage" / "events.jsonl"
+    events = [json.loads(line) for line in path.read_text().splitlines()]
+    for e in events:
+        validate_event(e)
+    assert [(e["run"]["runId"], e["eventType"]) for e in events] == [
+        (ref.run_id, "START"), (ref.run_id, "ABORT")]
+    assert {e["job"]["namespace"] for e in events} == {ref.namespace}
 
 
 def test_an_engine_that_exits_without_closing_is_recorded(tmp_path, cfg, session):

@@ -24,6 +24,7 @@ import shutil
 import sys
 import threading
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from roar_core import config
 from roar_core.api import Roar
 from roar_core.pipeline.emission import Engine, RunRef
 from roar_core.recording import follower, recorder, tasklog
+from roar_core.recording.sessions import hold_owner_lock, new_session_dir
 from roar_ray import _env
 
 log = logging.getLogger("roar.ray")
@@ -104,6 +106,11 @@ class DriverJob:
     def __init__(self, roar: Roar, run: RunRef, context: dict[str, Any]):
         self.roar, self.run, self.context = roar, run, context
         self.root = Path(roar.config.sessions_dir, f"ray-{run.run_id}")
+        # The job's run in a task log of the driver's own (`_log_run`), and the lock that
+        # keeps its session from being swept while the driver lives.
+        self.tasks: tasklog.TaskLog | None = None
+        self.log_dir: Path | None = None
+        self._owner: int | None = None
 
     @classmethod
     def start(cls, cfg: config.Config, settings: dict[str, Any]) -> DriverJob:
@@ -117,6 +124,7 @@ class DriverJob:
         context = {"run_id": run.run_id, "job_name": name, "namespace": run.namespace,
                    "config": config.values(cfg), "root": str(cfg.project_root)}
         job = cls(roar, run, context)
+        job._log_run(cfg, {"name": "ray", "version": ray.__version__})
         with _lock:
             _jobs.append(job)
             if not _atexit_registered:
@@ -155,11 +163,69 @@ class DriverJob:
                     log.warning("roar: could not recover dead workers' tasks in %s: %s",
                                 node_dir, e)
         self._warn_untraced()
-        self.roar.finish_workflow(self.run, status)
+        if not self._end_logged_run(status, deadline):
+            self.roar.finish_workflow(self.run, status)
         self.roar.close()
         if shutdown and not any(tasklog.log_paths(d) or recorder.running(d)
                                 for d in self._node_dirs()):
             shutil.rmtree(self.root, ignore_errors=True)
+
+    def _log_run(self, cfg: config.Config, engine: dict[str, str]) -> None:
+        """The job's run, stored and its START sent, goes into a task log of the driver's
+        own, which a recorder follows: a driver that dies (killed, its host gone) leaves
+        the run to it, to end ABORT as any dead producer's open work; `finish` ends it
+        there, under the recorder's failure policy (its events kept until the spool takes
+        them).  Without it (no session could be made), `finish` ends the run itself."""
+        try:
+            d = Path(new_session_dir(cfg, f"ray-{self.run.run_id}-driver", in_memory=True))
+            self._owner = hold_owner_lock(d)
+            recorder.write_settings(d, cfg, [d])
+            tasks = tasklog.TaskLog(d)
+        except OSError as e:
+            log.warning("roar: the job's run is not handed to a recorder (%s): should this "
+                        "driver be killed, it is never ended", e)
+            return
+        tasks.workflow_begun({
+            "namespace": self.run.namespace, "job_name": self.run.job_name,
+            "run_id": self.run.run_id, "engine": "ray", "engine_version": engine,
+            "started_at": datetime.now(timezone.utc).isoformat(), "started": True})
+        self.tasks, self.log_dir = tasks, d
+        try:
+            recorder.ensure(d)
+        except OSError as e:  # started again at the end; else the run ends here
+            log.warning("roar: cannot start the recorder of the job's run: %s", e)
+
+    def _end_logged_run(self, status: str, deadline: float) -> bool:
+        """End the job's run through its task log (`_log_run`): its recorder records the end
+        and exits; with no recorder possible, this process records it (the last resort).
+        False where the run was not logged."""
+        tasks, d = self.tasks, self.log_dir
+        if tasks is None or d is None:
+            return False
+        tasks.workflow_ended(self.run.run_id, status)
+        tasks.closed()
+        (d / recorder.ENDING).touch()  # it leaves once nothing is left to follow
+        try:
+            recorder.ensure(d)
+        except OSError as e:
+            log.warning("roar: cannot start the recorder of the job's run: %s", e)
+        recorder.wait_gone(d, max(deadline, time.monotonic() + 30), exited=True)
+        if tasklog.log_paths(d) and not recorder.running(d):
+            log.warning("roar: no recorder process: ending the job's run here")
+            try:
+                recorder.record_here(d)
+            except Exception as e:
+                log.error("roar: the end of Ray job %s's run LOST: %s: %s", self.run.job_name,
+                          type(e).__name__, e)
+        tasks.close()
+        if self._owner is not None:
+            os.close(self._owner)
+            self._owner = None
+        if not tasklog.log_paths(d):
+            shutil.rmtree(d, ignore_errors=True)
+        else:  # its recorder (or the next sweep's) records it once the cause is gone
+            log.warning("roar: the end of the job's run is not recorded yet; kept in %s", d)
+        return True
 
     def _node_dirs(self) -> list[Path]:
         try:
