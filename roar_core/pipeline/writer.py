@@ -494,7 +494,7 @@ class LineageWriter:
             digest, state = v.digest, v.state
             made((a.name, digest, v.size, "OVERWRITE" if a.existed else "CREATE", None, v.why,
                   obj_version))
-            add(Access(a.name, "output", None if digest is None else "blake3:" + digest, v.size,
+            add(Access(a.name, "output", _stored(digest), v.size,
                        state.mtime_ns if state else None, None,
                        v.why if digest is None else None, obj_version))
         for a in io.deleted:
