@@ -359,7 +359,11 @@ class Hasher:
         # (NUL: see _hash_native.  A task's paths come as bytes: no copy of each.)
         todo = [(p, n) for p in paths
                 if b"\0" not in (n := p if isinstance(p, bytes) else os.fsencode(p))]
-        batch = self._native_batch(len(todo))
+        # Any number of files, not `_native_batch`'s 16 at least: on the pool, beside the
+        # caller's Python, a few files are no dearer native, and the Python path for them
+        # is the end's own hashing (a command whose last files the tail had not read yet
+        # left them all to it).
+        batch = nativehash.load() if self.native and todo else None
         if batch is None:
             return None
         parts = max(1, min(self.workers, len(todo) // _NATIVE_MIN))
