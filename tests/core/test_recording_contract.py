@@ -611,6 +611,14 @@ def end_waiting(waiting: Producer, f: Follower, seen: list) -> None:
     waiting.proc.stdin.write(f"end {run_id(1)} 60\n")
     waiting.proc.stdin.flush()
     deadline = time.monotonic() + 60
+    # No pass before the end is in the log: on a slow machine the begin is older than the
+    # recorder's hold by then, and a pass that saw it alone would record the start apart
+    # (its own staging line, which these tests do not look at).
+    (log,) = [p for p in log_paths(f.directory) if f"-{waiting.proc.pid}-" in os.path.basename(p)]
+    while not any(json.loads(line).get("e") == run_id(1)
+                  for line in Path(log).read_text().split("\n")[:-1]):  # (whole lines)
+        assert time.monotonic() < deadline, "task 1 never ended"
+        time.sleep(0.001)
     while not seen:
         assert time.monotonic() < deadline, "never recorded"
         f.poll()
