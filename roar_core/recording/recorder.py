@@ -21,11 +21,13 @@ import fcntl
 import json
 import os
 import select
+import shutil
 import subprocess
 import sys
 import threading
 import time
 
+from roar_core.lazylog import LazyLogger
 from roar_core.recording import tasklog
 from roar_core.recording.sessions import lock_held, no_wakeup_preemption, yield_cpu
 
@@ -35,6 +37,8 @@ if TYPE_CHECKING:
     from typing import Any
 
     Dir = str | os.PathLike[str]
+
+log = LazyLogger(__name__)
 
 LOCK = "recorder.lock"
 SETTINGS = "recorder.json"
@@ -230,6 +234,41 @@ def wait_gone(directory: Dir, deadline: float, exited: bool = False) -> bool:
             return True
         time.sleep(0.002)  # a probe costs ~10 us; the engine's exit waits on this one
     return False
+
+
+def finish_own(tasks: tasklog.TaskLog, directory: Dir, what: str, *, wait_s: float,
+               owner: int | None = None) -> bool:
+    """The end of a session an engine's process made for its own log (Snakemake's
+    invocation, a Ray driver's job run): the log closed and recorded by the session's
+    recorder, started if none runs; with none possible, by this process (the last resort);
+    the recorder gone, its last events sent; the log and `owner` (its owner lock) let go.
+    The session is removed, or kept where some of it is not recorded yet (the next
+    recorder, the sweep's, records it once the cause is gone).  `what` names the lineage
+    in messages.  True when all of it was recorded."""
+    fd = tasks.closed(wait=True)
+    try:
+        ensure(directory)
+    except OSError as e:
+        log.warning("roar: cannot start the recorder of %s: %s", what, e)
+    if not tasks.wait_for(tasks.name, fd, wait_s) and not running(directory):
+        log.warning("roar: no recorder process: recording %s here", what)
+        try:
+            record_here(directory)
+        except Exception as e:
+            log.error("roar: %s LOST: %s: %s", what, type(e).__name__, e)
+        tasks.read_results()
+    # It leaves once nothing is left to follow, its last events sent.
+    open(os.path.join(directory, ENDING), "a").close()
+    wait_gone(directory, time.monotonic() + 60, exited=True)
+    tasks.read_results()
+    tasks.close()
+    if owner is not None:
+        os.close(owner)
+    if tasklog.log_paths(directory):
+        log.warning("roar: %s not recorded yet is kept in %s", what, directory)
+        return False
+    shutil.rmtree(directory, ignore_errors=True)
+    return True
 
 
 def open_roar(directory: Dir, settings: dict[str, Any] | None = None, send: bool = False):

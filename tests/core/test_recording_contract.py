@@ -881,3 +881,52 @@ def test_starts_the_spool_refuses_are_neither_lost_nor_marked(tmp_path, cfg, ses
         (wf, "START"), (run_id(1), "START"), (run_id(1), "COMPLETE"), (wf, "COMPLETE")]
     assert runs(cfg) == {run_id(1): ("COMPLETE", {
         str(tmp_path / "1.txt"): "blake3:" + digest(b"s\n1")})}
+
+
+@pytest.mark.parametrize("case", ["recorder", "none-possible", "recording-fails"])
+def test_an_engine_process_ends_its_own_session_through_one_path(
+        tmp_path, cfg, session, monkeypatch, case):
+    """`finish_own`, the end both Snakemake's invocation and a Ray driver's job take: the
+    log's workflow run and task recorded (by the session's recorder; with none possible, by
+    this process), the recorder gone and the session removed.  Where even that fails, the
+    session is kept, and the next recorder records what it holds, once."""
+    from roar_core.recording.tasklog import TaskLog
+
+    tasks = TaskLog(session)
+    workflow = {"namespace": "contract", "job_name": "w", "run_id": run_id(80)}
+    tasks.workflow_begun({**workflow, "engine": "test",
+                          "started_at": "2026-11-30T00:00:00+00:00"})
+    tasks.begun({"run_id": run_id(1), "engine": "test", "namespace": "contract",
+                 "job_name": "w.t1", "host": os.uname().nodename, "pid": os.getpid(),
+                 "workflow": workflow, "started_at": "2026-11-30T00:00:01+00:00"})
+    tasks.ended(run_id(1), "COMPLETE")
+    tasks.workflow_ended(run_id(80), "COMPLETE")
+    if case != "recorder":
+        def cannot(directory):
+            raise OSError("no recorder can start here")
+
+        monkeypatch.setattr(recorder, "ensure", cannot)
+    if case == "recording-fails":
+        def fails(directory):
+            raise RuntimeError("database or disk is full")
+
+        monkeypatch.setattr(recorder, "record_here", fails)
+    recorded = recorder.finish_own(tasks, session, "the test's lineage", wait_s=2)
+    assert not recorder.running(session)
+    assert recorded == (case != "recording-fails")
+    assert session.exists() == (case == "recording-fails")
+    if case == "recording-fails":
+        assert tasks.results == {run_id(1): None}
+        monkeypatch.undo()
+        wait_recorded(session)  # the next recorder (the sweep's)
+    else:
+        assert tasks.results[run_id(1)] is not None  # (its mark: recorded)
+    roar = Roar(cfg, send=False)
+    try:
+        run = roar.store.workflow_run(run_id(80))
+        assert run is not None and (run.status, run.ended_at is not None) == ("COMPLETE", True)
+    finally:
+        roar.spool.flush(30)
+        roar.close(timeout=0)
+    assert {k: v[0] for k, v in runs(cfg).items()} == {run_id(1): "COMPLETE"}
+    assert terminal_events(cfg) == {run_id(1): ["COMPLETE"], run_id(80): ["COMPLETE"]}

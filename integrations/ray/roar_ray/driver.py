@@ -203,28 +203,9 @@ class DriverJob:
         if tasks is None or d is None:
             return False
         tasks.workflow_ended(self.run.run_id, status)
-        tasks.closed()
-        (d / recorder.ENDING).touch()  # it leaves once nothing is left to follow
-        try:
-            recorder.ensure(d)
-        except OSError as e:
-            log.warning("roar: cannot start the recorder of the job's run: %s", e)
-        recorder.wait_gone(d, max(deadline, time.monotonic() + 30), exited=True)
-        if tasklog.log_paths(d) and not recorder.running(d):
-            log.warning("roar: no recorder process: ending the job's run here")
-            try:
-                recorder.record_here(d)
-            except Exception as e:
-                log.error("roar: the end of Ray job %s's run LOST: %s: %s", self.run.job_name,
-                          type(e).__name__, e)
-        tasks.close()
-        if self._owner is not None:
-            os.close(self._owner)
-            self._owner = None
-        if not tasklog.log_paths(d):
-            shutil.rmtree(d, ignore_errors=True)
-        else:  # its recorder (or the next sweep's) records it once the cause is gone
-            log.warning("roar: the end of the job's run is not recorded yet; kept in %s", d)
+        recorder.finish_own(tasks, d, f"the end of Ray job {self.run.job_name}'s run",
+                            wait_s=max(deadline - time.monotonic(), 30), owner=self._owner)
+        self._owner = None
         return True
 
     def _node_dirs(self) -> list[Path]:

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -260,32 +258,11 @@ class Lineage:
     def _finish(self) -> dict[str, Result]:
         """Every job's lineage recorded (by the recorder; by this process as a last
         resort), the recorder gone, the session removed; what each job's recording said."""
-        fd = self.tasks.closed(wait=True)
-        _start_recorder(self.directory)
-        done = self.tasks.wait_for(self.tasks.name, fd, CLOSE_WAIT_S)
-        if not done and not recorder.running(self.directory):
-            log.warning("roar: no recorder process: recording this run's lineage here")
-            try:
-                recorder.record_here(self.directory)
-            except Exception as e:
-                log.error("roar: lineage of this run LOST: %s: %s", type(e).__name__, e)
-            self.tasks.read_results()
-        # The recorder leaves once nothing is left to follow: its last events sent.
-        (self.directory / recorder.ENDING).touch()
-        recorder.wait_gone(self.directory, time.monotonic() + 60, exited=True)
-        results = {k: Result(v) if v is not None else Result.failed("ABORT", "not recorded")
-                   for k, v in self.tasks.results.items()}
-        self.tasks.close()
-        if self._owner is not None:
-            os.close(self._owner)
-            self._owner = None
-        if any(not r.ok for r in results.values()):
-            # Kept for the next attempt: a recorder started for what is left here (the
-            # sweep of old sessions starts one) records it once the cause is gone.
-            log.warning("roar: lineage not recorded yet is kept in %s", self.directory)
-        else:
-            shutil.rmtree(self.directory, ignore_errors=True)
-        return results
+        recorder.finish_own(self.tasks, self.directory, "this run's lineage",
+                            wait_s=CLOSE_WAIT_S, owner=self._owner)
+        self._owner = None
+        return {k: Result(v) if v is not None else Result.failed("ABORT", "not recorded")
+                for k, v in self.tasks.results.items()}
 
     def summary(self, results: dict[str, Result]) -> str:
         lines, lost = [], 0
