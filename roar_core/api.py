@@ -96,6 +96,14 @@ class Roar:
                                             hold=self._offer_kept())
         return ref
 
+    def hand_over_kept(self) -> bool:
+        """Let go of the kept workflow events (True where there were some): their producer
+        has logged them for a recorder, which sends them under its own failure policy and
+        outlives this process should it be killed (Ray's driver: a START the spool
+        refused)."""
+        kept, self._kept = self._kept, []
+        return bool(kept)
+
     def _offer_kept(self) -> bool:
         """Offer the kept workflow events again; True while some are still refused."""
         if self._kept:

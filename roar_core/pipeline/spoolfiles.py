@@ -209,7 +209,14 @@ class SegmentWriter:
         tmp = self.directory / f".{name}.tmp"
         # Locked before the name is visible: a sender must never see our segment unlocked
         # (it would take it as sealed, deliver it and delete it under us).
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
+        try:
+            fd = os.open(tmp, flags, 0o600)
+        except FileNotFoundError:
+            # The directory is gone, or was never made (a file stood in its way, since
+            # removed): made now, or every later event would be refused until a restart.
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd = os.open(tmp, flags, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             # Known as ours before it is visible, for lock emulations (NFS) where our own

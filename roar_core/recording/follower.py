@@ -732,7 +732,8 @@ class Follower:
                     left: list = []
                     self._stage_start(run_id)  # (unstaged: as before this staging)
                     try:
-                        left = start(hold=bool(self._unspooled))
+                        left = start(hold=bool(self._unspooled),
+                                     stored=run.get("started") == "stored")
                     except Exception as e:
                         if self.roar.store.workflow_run(run_id) is None:
                             log.error("roar: workflow run %s (%s) not started: %s",

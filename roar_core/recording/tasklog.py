@@ -397,8 +397,9 @@ class TaskLog:
     def workflow_begun(self, run: dict[str, Any]) -> None:
         """`run`: namespace, job_name, run_id, engine, started_at (ISO-8601), facets,
         engine_version ({name, version}); `started`: True where this producer has stored
-        the run and sent its START itself (the recorder then only ends it: as logged, or
-        ABORT should the producer die first)."""
+        the run and spooled its START itself (the recorder then only ends it: as logged, or
+        ABORT should the producer die first); "stored": stored, but the spool refused its
+        START, which the recorder then sends (`Roar.hand_over_kept`)."""
         self._write({"wb": run})
 
     def workflow_ended(self, run_id: str, status: str, error: str | None = None) -> None:
@@ -612,9 +613,9 @@ class Workflow(Slotted):
         self.run = run
         # (status, error, when)
         self.ended: tuple[str, str | None, datetime] | None = None
-        # Stored and its START sent by the producer itself (Ray's driver, before its tasks
-        # may name it): the recorder only ends it.
-        self.started = bool(run.get("started"))
+        # Stored and its START spooled by the producer itself (Ray's driver, before its
+        # tasks may name it): the recorder only ends it.  ("stored": it sends the START.)
+        self.started = run.get("started") is True
         self.done = False
 
 

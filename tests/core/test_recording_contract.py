@@ -43,10 +43,12 @@ PRODUCER = textwrap.dedent('''
     print("ready", flush=True)
     for line in sys.stdin:
         op, *args = line.split()
-        if op == "wbegin":  # RUN_ID [NAMESPACE: stored and its START sent by the test]
+        if op == "wbegin":  # RUN_ID [NAMESPACE: stored and its START sent by the test
+            # [stored: its START refused, handed to the recorder]]
             workflow = {"namespace": args[1] if len(args) > 1 else "contract",
                         "job_name": "w", "run_id": args[0]}
-            log.workflow_begun({**workflow, "engine": "test", "started": len(args) > 1,
+            started = (args[2] if len(args) > 2 else True) if len(args) > 1 else False
+            log.workflow_begun({**workflow, "engine": "test", "started": started,
                                 "started_at": datetime.now(timezone.utc).isoformat()})
         elif op == "wend":
             log.workflow_ended(args[0], "COMPLETE")
@@ -223,6 +225,38 @@ def test_a_workflow_run_its_producer_started_ends_abort_when_the_producer_dies(
     assert [(e["run"]["runId"], e["eventType"]) for e in events] == [
         (ref.run_id, "START"), (ref.run_id, "ABORT")]
     assert {e["job"]["namespace"] for e in events} == {ref.namespace}
+
+
+def test_a_workflow_start_the_spool_refused_is_sent_by_the_recorder_of_a_dead_producer(
+        tmp_path, cfg, session):
+    """Ray's driver whose START the spool refused (a full disk) hands it to the recorder
+    with the run: killed, it loses nothing; once the spool takes events again, the START
+    and the ABORT go out, in that order."""
+    spool = Path(cfg.spool_dir)
+    spool.parent.mkdir(parents=True, exist_ok=True)
+    spool.write_text("")  # the spool's directory a plain file: it refuses every event
+    roar = Roar(cfg)
+    ref = roar.start_workflow("w", engine="test", run_id=run_id(91))
+    assert roar.hand_over_kept()  # its START, refused
+    roar.close(timeout=0)
+    p = Producer(session, tmp_path)
+    p.do(f"wbegin {ref.run_id} {ref.namespace} stored")
+    p.kill()
+    spool.unlink()
+    wait_recorded(session)
+    roar = Roar(cfg, send=False)
+    try:
+        run = roar.store.workflow_run(ref.run_id)
+        roar.spool.flush(30)
+    finally:
+        roar.close(timeout=0)
+    assert run is not None and run.status == "ABORT"
+    path = Path(cfg.home) / "openlineage" / "events.jsonl"
+    events = [json.loads(line) for line in path.read_text().splitlines()]
+    for e in events:
+        validate_event(e)
+    assert [(e["run"]["runId"], e["eventType"]) for e in events] == [
+        (ref.run_id, "START"), (ref.run_id, "ABORT")]
 
 
 def test_an_engine_that_exits_without_closing_is_recorded(tmp_path, cfg, session):

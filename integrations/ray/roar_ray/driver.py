@@ -119,12 +119,13 @@ class DriverJob:
         name = settings.get("job_name") or _driver_name()
         import ray
 
-        run = roar.start_workflow(name, engine="ray",
+        started = datetime.now(timezone.utc)
+        run = roar.start_workflow(name, engine="ray", started_at=started,
                                   engine_version=Engine("ray", ray.__version__))
         context = {"run_id": run.run_id, "job_name": name, "namespace": run.namespace,
                    "config": config.values(cfg), "root": str(cfg.project_root)}
         job = cls(roar, run, context)
-        job._log_run(cfg, {"name": "ray", "version": ray.__version__})
+        job._log_run(cfg, {"name": "ray", "version": ray.__version__}, started)
         with _lock:
             _jobs.append(job)
             if not _atexit_registered:
@@ -170,7 +171,7 @@ class DriverJob:
                                 for d in self._node_dirs()):
             shutil.rmtree(self.root, ignore_errors=True)
 
-    def _log_run(self, cfg: config.Config, engine: dict[str, str]) -> None:
+    def _log_run(self, cfg: config.Config, engine: dict[str, str], started: datetime) -> None:
         """The job's run, stored and its START sent, goes into a task log of the driver's
         own, which a recorder follows: a driver that dies (killed, its host gone) leaves
         the run to it, to end ABORT as any dead producer's open work; `finish` ends it
@@ -185,10 +186,13 @@ class DriverJob:
             log.warning("roar: the job's run is not handed to a recorder (%s): should this "
                         "driver be killed, it is never ended", e)
             return
+        # A START the spool refused goes to the recorder with the run: kept in this
+        # process only, a killed driver would lose it.
+        refused = self.roar.hand_over_kept()
         tasks.workflow_begun({
             "namespace": self.run.namespace, "job_name": self.run.job_name,
             "run_id": self.run.run_id, "engine": "ray", "engine_version": engine,
-            "started_at": datetime.now(timezone.utc).isoformat(), "started": True})
+            "started_at": started.isoformat(), "started": "stored" if refused else True})
         self.tasks, self.log_dir = tasks, d
         try:
             recorder.ensure(d)

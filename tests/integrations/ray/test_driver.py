@@ -10,11 +10,17 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from roar_core.pipeline.store import Store
 from tests.olschema import validate_event
 
 DRIVER = """
 import os, signal, ray
+
+if {refused!r}:  # the spool's directory a plain file: it refuses every event (a full disk)
+    os.makedirs({home!r}, exist_ok=True)
+    open(os.path.join({home!r}, "spool"), "w").close()
 
 ray.init(address={address!r}, runtime_env={{"roar": {{"home": {home!r}, "job_name": "killed"}}}})
 
@@ -35,20 +41,46 @@ def _events(home) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def test_a_killed_driver_leaves_its_run_to_end_abort(cluster, tmp_path):
+def _stored_status(home) -> str | None:
+    """The status of the one workflow run the store holds, once it holds one."""
+    import sqlite3
+
+    if not (home / "lineage.db").exists():
+        return None
+    db = sqlite3.connect(f"file:{home / 'lineage.db'}?mode=ro", uri=True, timeout=30)
+    try:
+        rows = db.execute("SELECT status FROM workflow_runs").fetchall()
+    except sqlite3.OperationalError:  # not made yet
+        return None
+    finally:
+        db.close()
+    return rows[0][0] if rows else None
+
+
+@pytest.mark.parametrize("refused", [False, True], ids=["spooled", "start-refused"])
+def test_a_killed_driver_leaves_its_run_to_end_abort(cluster, tmp_path, refused):
+    """`refused`: the spool refuses the run's START too, so the driver hands the START to
+    the recorder with the run; once the spool takes events again, nothing is missing."""
     home, data = tmp_path / "roar", tmp_path / "data"
     data.mkdir()
     script = tmp_path / "driver.py"
     script.write_text(textwrap.dedent(DRIVER.format(
-        address=cluster.address, home=str(home), out=str(data / "out.txt"))))
+        address=cluster.address, home=str(home), out=str(data / "out.txt"), refused=refused)))
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           timeout=300, env=dict(os.environ))
     assert proc.returncode == -9, proc.stderr[-3000:]
     assert (data / "out.txt").exists()
+    if refused:
+        deadline = time.monotonic() + 90
+        while _stored_status(home) != "ABORT":
+            assert time.monotonic() < deadline, "the recorder did not end the run"
+            time.sleep(0.2)
+        assert not _events(home)
+        (home / "spool").unlink()  # the spool takes events again
 
     # (The node's recorder records the task on its own time: its events may come after
     # the run's end, which no drain by the dead driver orders.)
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + 120
     while True:
         events = _events(home)
         jobs = [e for e in events if e["job"]["name"] == "killed"]
