@@ -21,7 +21,6 @@ import fcntl
 import json
 import os
 import select
-import shutil
 import subprocess
 import sys
 import threading
@@ -267,6 +266,8 @@ def finish_own(tasks: tasklog.TaskLog, directory: Dir, what: str, *, wait_s: flo
     if tasklog.log_paths(directory):
         log.warning("roar: %s not recorded yet is kept in %s", what, directory)
         return False
+    import shutil  # (not on `roar-core run`'s path)
+
     shutil.rmtree(directory, ignore_errors=True)
     return True
 
