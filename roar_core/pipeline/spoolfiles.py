@@ -324,8 +324,12 @@ class Segment:
 
 
 def segment_paths(directory: str | os.PathLike) -> list[Path]:
-    """Segments in creation order."""
-    return sorted(p for p in Path(directory).iterdir() if _SEGMENT_NAME.match(p.name))
+    """Segments in creation order (none where the directory is missing, or a file stands
+    in its place: its appends have failed, and said so)."""
+    try:
+        return sorted(p for p in Path(directory).iterdir() if _SEGMENT_NAME.match(p.name))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
 
 
 def pending_count(directory: str | os.PathLike) -> int:
@@ -353,7 +357,11 @@ def pending_bytes(directory: str | os.PathLike) -> int:
 
 def remove_stale(directory: str | os.PathLike) -> None:
     """Delete leftovers of removed segments and of writers that died while creating one."""
-    for path in Path(directory).iterdir():
+    try:
+        paths = list(Path(directory).iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for path in paths:
         name = path.name
         if name.endswith(ACK_SUFFIX):
             if not path.with_suffix("").exists():

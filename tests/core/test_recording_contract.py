@@ -200,21 +200,32 @@ def test_a_killed_producers_open_task_is_abort_with_what_it_wrote(tmp_path, cfg,
     assert terminal_events(cfg) == {run_id(1): ["COMPLETE"], run_id(2): ["ABORT"]}
 
 
+@pytest.mark.parametrize("refused", [False, True], ids=["spooled", "start-refused"])
 def test_a_workflow_run_its_producer_started_ends_abort_when_the_producer_dies(
-        tmp_path, cfg, session):
+        tmp_path, cfg, session, refused):
     """Ray's driver stores its job's run and sends the START itself (before any task may
     name the run), then logs it as started: killed mid-job, it leaves the run to the
-    recorder, which ends it ABORT and sends no START of its own."""
+    recorder, which ends it ABORT and sends no START of its own.  `refused`: the spool
+    refused that START (a full disk): the driver hands it to the recorder with the run,
+    so nothing is lost; once the spool takes events again, START then ABORT go out."""
+    spool = Path(cfg.spool_dir)
+    if refused:
+        spool.parent.mkdir(parents=True, exist_ok=True)
+        spool.write_text("")  # the spool's directory a plain file: it refuses every event
     roar = Roar(cfg)
     ref = roar.start_workflow("w", engine="test", run_id=run_id(90))
-    roar.close()  # (its START delivered)
+    assert roar.hand_over_kept() == refused
+    roar.close()  # (its START delivered, where spooled)
     p = Producer(session, tmp_path)
-    p.do(f"wbegin {ref.run_id} {ref.namespace}")
+    p.do(f"wbegin {ref.run_id} {ref.namespace}" + (" stored" if refused else ""))
     p.kill()
+    if refused:
+        spool.unlink()
     wait_recorded(session)
     roar = Roar(cfg, send=False)
     try:
         run = roar.store.workflow_run(ref.run_id)
+        roar.spool.flush(30)
     finally:
         roar.close(timeout=0)
     assert run is not None and run.status == "ABORT" and run.ended_at is not None
@@ -225,38 +236,6 @@ def test_a_workflow_run_its_producer_started_ends_abort_when_the_producer_dies(
     assert [(e["run"]["runId"], e["eventType"]) for e in events] == [
         (ref.run_id, "START"), (ref.run_id, "ABORT")]
     assert {e["job"]["namespace"] for e in events} == {ref.namespace}
-
-
-def test_a_workflow_start_the_spool_refused_is_sent_by_the_recorder_of_a_dead_producer(
-        tmp_path, cfg, session):
-    """Ray's driver whose START the spool refused (a full disk) hands it to the recorder
-    with the run: killed, it loses nothing; once the spool takes events again, the START
-    and the ABORT go out, in that order."""
-    spool = Path(cfg.spool_dir)
-    spool.parent.mkdir(parents=True, exist_ok=True)
-    spool.write_text("")  # the spool's directory a plain file: it refuses every event
-    roar = Roar(cfg)
-    ref = roar.start_workflow("w", engine="test", run_id=run_id(91))
-    assert roar.hand_over_kept()  # its START, refused
-    roar.close(timeout=0)
-    p = Producer(session, tmp_path)
-    p.do(f"wbegin {ref.run_id} {ref.namespace} stored")
-    p.kill()
-    spool.unlink()
-    wait_recorded(session)
-    roar = Roar(cfg, send=False)
-    try:
-        run = roar.store.workflow_run(ref.run_id)
-        roar.spool.flush(30)
-    finally:
-        roar.close(timeout=0)
-    assert run is not None and run.status == "ABORT"
-    path = Path(cfg.home) / "openlineage" / "events.jsonl"
-    events = [json.loads(line) for line in path.read_text().splitlines()]
-    for e in events:
-        validate_event(e)
-    assert [(e["run"]["runId"], e["eventType"]) for e in events] == [
-        (ref.run_id, "START"), (ref.run_id, "ABORT")]
 
 
 def test_an_engine_that_exits_without_closing_is_recorded(tmp_path, cfg, session):
