@@ -255,11 +255,10 @@ def finish_own(tasks: tasklog.TaskLog, directory: Dir, what: str, *, wait_s: flo
             record_here(directory)
         except Exception as e:
             log.error("roar: %s LOST: %s: %s", what, type(e).__name__, e)
-        tasks.read_results()
     # It leaves once nothing is left to follow, its last events sent.
     open(os.path.join(directory, ENDING), "a").close()
     wait_gone(directory, time.monotonic() + 60, exited=True)
-    tasks.read_results()
+    tasks.read_results()  # (what it, or this process, marked since the wait)
     tasks.close()
     if owner is not None:
         os.close(owner)
