@@ -131,12 +131,13 @@ def test_a_log_with_a_broken_header_is_one_lost_event(made) -> None:
         roar.close()
 
 
-def _read_both(path, monkeypatch) -> tuple:
-    """The log as read (first) from a copy of its first bytes and (then) mapped whole."""
+def _read_both(path, monkeypatch, start: int = 0, final: bool = True) -> tuple:
+    """The log as read (first) from a copy of its first bytes (from `start` on: of the
+    header and of what follows `start`) and (then) mapped whole."""
     def read(small: int):
         monkeypatch.setattr(tracelog, "_READ_SMALL", small)
         try:
-            log = tracelog.read_log(path)
+            log = tracelog.read_log(path, start=start, final=final)
         except tracelog.TraceLogError as e:
             return str(e)
         return (log.header, log.records, log.torn, log.next_offset, log.final)
@@ -163,3 +164,30 @@ def test_a_log_reads_the_same_copied_or_mapped_whatever_the_damage(
         path.write_bytes(data)
         copied, mapped = _read_both(path, monkeypatch)
         assert copied == mapped, i
+
+
+def test_a_log_read_on_from_an_offset_reads_the_same_copied_or_mapped(
+        made, tmp_path, monkeypatch) -> None:
+    # A task's end reads its own process's log on from where the task began, copying only
+    # the header and what follows (not the log's first 64 KiB): the same records, losses
+    # and resume offset as the mapped read, from every record boundary of the log and from
+    # offsets inside records, in damaged variants too.
+    _, _, session, victim = made
+    rng = random.Random(28)
+    original = (session / victim).read_bytes()
+    starts, at = [], 0
+    while (size := int.from_bytes(original[tracelog.HEADER_SIZE + at:][:4], "little")):
+        at += size
+        starts.append(at)
+    assert len(starts) >= 3, starts  # the cat's start, open(s), close(s)...
+    starts += [8, 16, starts[0] + 8]
+    reserved_far = bytearray(original)
+    reserved_far[48:56] = (1 << 17).to_bytes(8, "little")
+    variants = [bytearray(original), *_aimed(original), reserved_far]
+    variants += [_damage(bytearray(original), rng) for _ in range(60)]
+    path = tmp_path / "roar-1-1.log"
+    for i, data in enumerate(variants):
+        path.write_bytes(data)
+        for start in starts:
+            copied, mapped = _read_both(path, monkeypatch, start=start, final=False)
+            assert copied == mapped, (i, start)
