@@ -368,10 +368,12 @@ def written_since(path: str | os.PathLike, offset: int) -> set[bytes] | None:
     it runs): opened to write, created or truncated, renamed or linked onto, closed
     modified (a descriptor opened before `offset`).  None where
     the log alone cannot say: records lost, or a process started (its writes are in a
-    log of its own), or a path relative to a directory the tracer could not name."""
+    log of its own), or a path relative to a directory the tracer could not name, or a
+    record not committed yet.  The shim reads the same from its own process's mapping
+    (`Shim.written_since`)."""
     log = read_log(path, start=offset, final=False)
-    if log.dropped or log.torn:
-        return None
+    if log.dropped or log.torn or log.next_offset < log.header.reserved:
+        return None  # (the last: a record not committed yet, the rest unread)
     written: set[bytes] = set()
     for r in log.records:
         op = r.op

@@ -148,6 +148,13 @@ class Shim:
         self._reserved = getattr(lib, "roar_log_reserved", None)  # an older shim: none
         if self._reserved is not None:
             self._reserved.restype = ctypes.c_uint64
+        self._written = getattr(lib, "roar_written_since", None)  # an older shim: none
+        if self._written is not None:
+            self._written.argtypes = [ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t]
+            self._written.restype = ctypes.c_long
+        self._buffer = ctypes.create_string_buffer
+        # Made here, once: a new array type took ~0.2 ms in a task process just forked.
+        self._names = ctypes.c_char * _WRITTEN_FIRST
         self._object = getattr(lib, "roar_object", None)  # an older shim: none
         if self._object is not None:
             self._object.argtypes = [ctypes.c_uint32, ctypes.c_char_p, ctypes.c_char_p,
@@ -157,7 +164,6 @@ class Shim:
             lib.roar_thread_tag.restype = ctypes.c_int
             lib.roar_thread_adopt.argtypes = [ctypes.c_char_p]
             lib.roar_thread_adopt.restype = ctypes.c_int
-            self._buffer = ctypes.create_string_buffer
 
     def begin(self, tag: str) -> None:
         if self._lib.roar_task_begin(tag.encode("utf-8", "surrogateescape")) != 0:
@@ -216,6 +222,24 @@ class Shim:
     def active(self) -> bool:
         return bool(self._lib.roar_active())
 
+    @property
+    def reads_written(self) -> bool:
+        """Whether this shim can say what this process wrote (`written_since`)."""
+        return self._written is not None
+
+    def written_since(self, offset: int) -> set[bytes] | None:
+        """What tracelog.written_since reads from this process's own log from `offset`,
+        read by the shim from its mapping of the log (no file opened, no record parsed
+        here); None where the log cannot say."""
+        size = _WRITTEN_FIRST
+        while size <= _WRITTEN_MAX:
+            buf = self._names() if size == _WRITTEN_FIRST else self._buffer(size)
+            n = self._written(offset, buf, size)
+            if n != -2:  # (-2: the names did not fit)
+                return None if n < 0 else set(buf.raw[:n].split(b"\0")[:-1])
+            size *= 16
+        return None
+
     def log_path(self) -> str | None:
         p = self._lib.roar_log_path()
         return os.fsdecode(p) if p else None
@@ -227,6 +251,10 @@ class Shim:
         if not p or self._reserved is None:
             return None
         return os.fsdecode(p), self._reserved()
+
+
+# Bytes of names `written_since` takes from the shim: first, and at most.
+_WRITTEN_FIRST, _WRITTEN_MAX = 1 << 12, 1 << 24
 
 
 def ignore_this_thread() -> None:

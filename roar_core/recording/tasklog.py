@@ -119,12 +119,18 @@ def left_states(log: str, offset: int) -> dict[str, list[int] | None] | None:
     """The state (device, inode, size, mtime, ctime; None: missing) in which a task that
     has just ended in this process (its records from `offset` of `log`) left each file
     it may have written (`TaskLog.ended(left=)`).  None where its log cannot say which."""
-    from roar_core.pipeline import tracelog
+    from roar_core.pipeline import tracelog, tracer
 
-    try:
-        written = tracelog.written_since(log, offset)
-    except tracelog.TraceLogError:
-        return None
+    shim = tracer.loaded()
+    if shim is not None and shim.reads_written and shim.log_path() == log:
+        # This process's own log, read by the shim from its mapping: in a task process
+        # just forked (Airflow's), opening, copying and parsing the file here took ~0.4 ms.
+        written = shim.written_since(offset)
+    else:
+        try:
+            written = tracelog.written_since(log, offset)
+        except tracelog.TraceLogError:
+            return None
     if written is None:
         return None
     states: dict[str, list[int] | None] = {}

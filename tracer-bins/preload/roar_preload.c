@@ -1812,6 +1812,71 @@ EXPORT int roar_task_end(void) {
     return 0;
 }
 
+/* ------------------------------------------------------------------ written paths */
+
+/* Appends `len` bytes of `p` and a NUL to buf; 0, or -1 where they do not fit. */
+static int put_path(char *buf, size_t cap, size_t *used, const char *p, size_t len) {
+    if (cap - *used < len + 1) return -1;
+    memcpy(buf + *used, p, len);
+    buf[*used + len] = 0;
+    *used += len + 1;
+    return 0;
+}
+
+/* The paths this process may have written since `from` (roar_log_reserved() as a task
+ * began), each NUL-terminated, into buf: opened to write, created or truncated, renamed or
+ * linked onto, truncated, closed modified.  tracelog.written_since reads the same from the
+ * log file; read here from the process's own mapping, a task's end in a process just
+ * forked (Airflow's) is spared opening, copying and parsing the file in Python.  Returns
+ * the bytes used; -1 where the log cannot say (events dropped, a process started, a path
+ * relative to a directory not known, a record not committed yet or damaged); -2 where
+ * buf is too small.  Reads only: no system call, no allocation, errno untouched. */
+EXPORT long roar_written_since(uint64_t from, char *buf, size_t cap) {
+    struct roar_log_header *h = g.hdr;
+    size_t used = 0;
+    if (!h || __atomic_load_n(&h->dropped, __ATOMIC_RELAXED)) return -1;
+    uint64_t end = __atomic_load_n(&h->reserved, __ATOMIC_ACQUIRE);
+    for (uint64_t off = from; off + 8 <= end;) {
+        char *c = off / ROAR_CHUNK < ROAR_MAX_CHUNKS
+                      ? __atomic_load_n(&g.chunks[off / ROAR_CHUNK], __ATOMIC_ACQUIRE)
+                      : NULL;
+        if (!c) return -1;
+        struct roar_record *r = (struct roar_record *)(c + off % ROAR_CHUNK);
+        if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) != ROAR_STATE_COMMITTED) return -1;
+        uint32_t size = r->size;
+        if (size < 8 || size % 8 || off % ROAR_CHUNK + size > ROAR_CHUNK || off + size > end)
+            return -1;
+        off += size;
+        if (r->op == ROAR_OP_PAD) continue;
+        if (size < ROAR_RECORD_FIXED ||
+            ROAR_RECORD_FIXED + (size_t)r->tag_len + r->path_len + r->path2_len + 2 > size)
+            return -1;
+        const char *tag = (const char *)r + ROAR_RECORD_FIXED;
+        const char *path = tag + r->tag_len + 1;
+        const char *path2 = path + r->path_len + 1;
+        int list = r->op == ROAR_OP_EXEC || r->op == ROAR_OP_EXEC_FAIL ||
+                   r->op == ROAR_OP_SPAWN || r->op == ROAR_OP_START || r->op == ROAR_OP_OBJECT;
+        if (memchr(tag, 0, r->tag_len) || memchr(path, 0, r->path_len) ||
+            (!list && memchr(path2, 0, r->path2_len)))
+            return -1; /* damaged: a name no system call accepts */
+        if (r->op == ROAR_OP_FORK || r->op == ROAR_OP_SPAWN || r->op == ROAR_OP_EXEC ||
+            r->op == ROAR_OP_EXEC_FAIL || (r->rflags & ROAR_RF_DIRFD_UNKNOWN))
+            return -1; /* its writes are in another log, or its path is not known */
+        int rc = 0;
+        if (r->op == ROAR_OP_OPEN) {
+            if ((r->flags & O_ACCMODE) != O_RDONLY || (r->flags & (O_CREAT | O_TRUNC)))
+                rc = put_path(buf, cap, &used, path, r->path_len);
+        } else if (r->op == ROAR_OP_RENAME || r->op == ROAR_OP_LINK) {
+            rc = put_path(buf, cap, &used, path2, r->path2_len);
+        } else if (r->op == ROAR_OP_TRUNCATE ||
+                   (r->op == ROAR_OP_CLOSE && (r->rflags & ROAR_RF_MODIFIED))) {
+            rc = put_path(buf, cap, &used, path, r->path_len);
+        }
+        if (rc) return -2;
+    }
+    return (long)used;
+}
+
 /* The calling thread is roar's own (recording, hashing, sending lineage): from now on
  * its file operations are not recorded, so a task running meanwhile in the same process
  * (whose tag is the process fallback) is never charged with them. */
