@@ -152,9 +152,9 @@ class Shim:
         if self._written is not None:
             self._written.argtypes = [ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t]
             self._written.restype = ctypes.c_long
+            # Made here, once: a new array type took ~0.2 ms in a task process just forked.
+            self._names = ctypes.c_char * _WRITTEN_FIRST
         self._buffer = ctypes.create_string_buffer
-        # Made here, once: a new array type took ~0.2 ms in a task process just forked.
-        self._names = ctypes.c_char * _WRITTEN_FIRST
         self._object = getattr(lib, "roar_object", None)  # an older shim: none
         if self._object is not None:
             self._object.argtypes = [ctypes.c_uint32, ctypes.c_char_p, ctypes.c_char_p,

@@ -1864,7 +1864,7 @@ EXPORT long roar_written_since(uint64_t from, char *buf, size_t cap) {
             return -1; /* its writes are in another log, or its path is not known */
         int rc = 0;
         if (r->op == ROAR_OP_OPEN) {
-            if ((r->flags & O_ACCMODE) != O_RDONLY || (r->flags & (O_CREAT | O_TRUNC)))
+            if (writable((int)r->flags) || (r->flags & (O_CREAT | O_TRUNC)))
                 rc = put_path(buf, cap, &used, path, r->path_len);
         } else if (r->op == ROAR_OP_RENAME || r->op == ROAR_OP_LINK) {
             rc = put_path(buf, cap, &used, path2, r->path2_len);
