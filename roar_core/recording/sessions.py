@@ -543,6 +543,12 @@ def _wait_forwarding(proc: subprocess.Popen, soon: Callable[[], None] | None = N
     should the command still run TAIL_INTERVAL after it started."""
     while proc.poll() is None:
         info = signal.sigtimedwait(_WAITED, TAIL_INTERVAL if soon is not None else 1.0)
+        if info is not None and info.si_signo not in _WAITED:
+            # CPython returns a siginfo never filled in when the wait was interrupted (we
+            # were stopped and continued: ^Z then fg, a debugger or profiler attaching)
+            # past its timeout: relayed, its garbage signal number failed the run as 126
+            # with the command left running.
+            info = None
         if info is None and soon is not None and proc.poll() is None:
             soon()
             soon = None

@@ -153,3 +153,24 @@ def test_a_command_that_cannot_run_answers_as_a_shell(tmp_path: Path, wait: list
     assert b"Permission denied" in proc.stderr and proc.stdout == b""
     proc = cli("run", *wait, "--", "no-such-program-roar-test")
     assert proc.returncode == 127 and b"No such file or directory" in proc.stderr
+
+
+@pytest.mark.parametrize("wait", MODES)
+def test_stopped_and_continued_the_run_ends_as_its_command(tmp_path: Path,
+                                                           wait: list[str]) -> None:
+    """^Z then `fg` (or a profiler or debugger attaching) stops roar-core in its wait
+    for the command: the command's status and output are still its own."""
+    cli = make_cli(tmp_path)
+    program = ["sh", "-c", "echo ready; sleep 2; echo done; exit 3"]
+    proc = subprocess.Popen([ROAR, "run", *wait, "--", *program], cwd=cli.cwd, env=cli.env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline() == b"ready\n"
+    time.sleep(0.3)
+    os.killpg(proc.pid, signal.SIGSTOP)  # as the terminal stops its foreground group
+    time.sleep(1.5)  # longer than any of roar-core's waits for a signal
+    os.killpg(proc.pid, signal.SIGCONT)
+    assert proc.wait(timeout=30) == 3, proc.stderr.read()
+    assert proc.stdout.read() == b"done\n"
+    assert b"exit 3" in proc.stderr.read()
