@@ -7,6 +7,7 @@ importing click (which alone costs more than the rest of a run); anything else, 
 
 from __future__ import annotations
 
+import os
 import sys
 
 
@@ -31,7 +32,30 @@ def _parse_run(args: list[str]) -> tuple[str | None, list[str]] | None:
     return None
 
 
+def _hold_closed_stdio() -> None:
+    """A standard descriptor we were started without (`cmd 2>&-`, a daemon's closed
+    stdin) stays closed for the command, as it would be untraced, and roar's own words
+    for it go nowhere: it is held by /dev/null, close-on-exec, for this process alone.
+    Python leaves such a stream None: roar's messages to stderr went into the command's
+    stdout (`print(file=None)`), and a flush of it failed the run as exit 1."""
+    streams = (sys.stdin, sys.stdout, sys.stderr)
+    if all(s is not None for s in streams):  # (Python found every descriptor valid)
+        return
+    for fd, (name, mode) in enumerate((("stdin", "r"), ("stdout", "w"), ("stderr", "w"))):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        # The lowest free descriptor: this one (those below it are open, or held already),
+        # so no file roar opens later takes its place.
+        held = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        if streams[fd] is None:
+            setattr(sys, name, open(held, mode, closefd=False))  # noqa: SIM115 - for life
+
+
 def main() -> None:
+    _hold_closed_stdio()
     args = sys.argv[1:]
     if args[:1] == ["run"] and (parsed := _parse_run(args[1:])) is not None:
         from roar_core.cli.run import main_fast

@@ -174,3 +174,47 @@ def test_stopped_and_continued_the_run_ends_as_its_command(tmp_path: Path,
     assert proc.wait(timeout=30) == 3, proc.stderr.read()
     assert proc.stdout.read() == b"done\n"
     assert b"exit 3" in proc.stderr.read()
+
+
+# Says which of the first ten descriptors it has (into the file named by argv[1]: its
+# stdout may be closed), writes to both streams, and exits 3.
+SEES_ITS_FDS = """
+import os, sys
+def has(fd):
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
+with open(sys.argv[1], "w") as f:
+    f.write(" ".join(str(fd) for fd in range(10) if has(fd)))
+for fd, text in ((1, b"out"), (2, b"err")):
+    try:
+        os.write(fd, text + b"\\n")
+    except OSError:
+        pass
+sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize("closed", ["<&-", ">&-", "2>&-", "<&- >&- 2>&-"],
+                         ids=["stdin", "stdout", "stderr", "all"])
+@pytest.mark.parametrize("wait", MODES)
+def test_a_closed_standard_descriptor_stays_closed_and_the_run_ends_as_its_command(
+        tmp_path: Path, wait: list[str], closed: str) -> None:
+    """`cmd 2>&-`, a daemon's closed stdin: the command has the descriptors it would have
+    untraced, and roar-core exits with its status, writing nothing into the command's
+    output (with stderr closed, its messages went to stdout; a flush of the missing
+    stream failed the run as exit 1, with a traceback)."""
+    cli = make_cli(tmp_path)
+    program = f'"{sys.executable}" -c "$1" "$2"'
+    plain = subprocess.run(["bash", "-c", f"{program} {closed}", "bash", SEES_ITS_FDS,
+                            "plain.txt"], cwd=cli.cwd, env=cli.env, capture_output=True)
+    traced = subprocess.run(["bash", "-c", f'"{ROAR}" run {" ".join(wait)} -- {program} '
+                             f"{closed}", "bash", SEES_ITS_FDS, "traced.txt"],
+                            cwd=cli.cwd, env=cli.env, capture_output=True)
+    assert plain.returncode == 3, plain.stderr
+    assert traced.returncode == 3, traced.stderr
+    assert (cli.cwd / "traced.txt").read_text() == (cli.cwd / "plain.txt").read_text()
+    assert traced.stdout == plain.stdout
+    assert b"Traceback" not in traced.stderr and b"Error" not in traced.stderr
