@@ -876,3 +876,43 @@ def test_a_long_chain_wraps_into_bands_within_the_width() -> None:
     lay = graph_mod.layout(g)
     assert lay.width <= 1180 and len(set(lay.band.values())) > 1
     ET.fromstring(graph_mod.to_svg(g))
+
+
+@pytest.mark.parametrize("deleted", [7, 0])
+def test_the_summary_lists_the_first_files_and_counts_and_the_events_carry_all(
+        tmp_path: Path, deleted: int) -> None:
+    """`run --wait` lists five files of each kind and how many there are (its short
+    answer); the COMPLETE event still carries every output, each with the digest of the
+    bytes the command left, and every deleted file.  Truth: what the command did."""
+    from tests.olschema import validate_event
+
+    cli = make_cli(tmp_path)
+    for i in range(deleted):
+        (cli.cwd / f"old_{i}").write_text(f"old {i}\n")
+    script = "for i in $(seq 0 7); do echo new $i > new_$i; done; rm -f old_*"
+    proc = cli("run", "--wait", "--", "bash", "-c", script)
+    assert proc.returncode == 0, proc.stderr.decode()
+    summary = proc.stderr.decode()
+    made = {f"new_{i}": b3(cli.cwd / f"new_{i}") for i in range(8)}
+    listed = re.findall(r"^    (new_\d)  (blake3:[0-9a-f]+)$", summary, re.M)
+    assert "outputs (8):" in summary and "    ... and 3 more" in summary, summary
+    assert len(listed) == 5 and all(made[n].startswith(d) for n, d in listed), summary
+    gone = re.findall(r"^    (old_\d)  \(no digest\)$", summary, re.M)
+    if deleted:
+        assert f"deleted ({deleted}):" in summary and "    ... and 2 more" in summary, summary
+        assert len(gone) == 5 and len(set(gone)) == 5, summary
+    else:
+        assert "deleted" not in summary and not gone, summary
+
+    assert cli.ok("flush") in ("sent 0, pending 0\n", "sent 2, pending 0\n")
+    events = Path(cli.env["ROAR_HOME"]) / "openlineage" / "events.jsonl"
+    complete = [e for e in map(json.loads, events.read_text().splitlines())
+                if e["eventType"] == "COMPLETE"]
+    assert len(complete) == 1
+    validate_event(complete[0])
+    outputs = {Path(o["name"]).name: o["facets"] for o in complete[0]["outputs"]}
+    assert {n: f["contentHash"]["digest"] for n, f in outputs.items()
+            if n.startswith("new_")} == {n: d.removeprefix("blake3:") for n, d in made.items()}
+    assert {n for n, f in outputs.items()
+            if f.get("lifecycleStateChange", {}).get("lifecycleStateChange") == "DROP"
+            } == {f"old_{i}" for i in range(deleted)}
