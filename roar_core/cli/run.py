@@ -692,6 +692,18 @@ def result_of(ran: Ran) -> RunResult:
     return RunResult(ran.returncode, tasklog.Result(said), None, run_id)
 
 
+def _no_core() -> None:
+    """No core of our own as we die of the command's signal (SIGSEGV, SIGABRT, ^\\): it
+    replaced the command's, in the same file where the pattern is `core`, as coreutils'
+    timeout knows."""
+    import resource
+
+    try:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
+    except (OSError, ValueError):
+        pass
+
+
 def exit_like(returncode: int, *, finalize: bool = True) -> None:
     """Leave the way the command did: same exit code, or the same signal.
 
@@ -704,6 +716,7 @@ def exit_like(returncode: int, *, finalize: bool = True) -> None:
             if sig not in (signal.SIGKILL, signal.SIGSTOP):  # no handler can be set for those
                 signal.signal(sig, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+            _no_core()
             os.kill(os.getpid(), sig)
         except (OSError, ValueError):
             pass

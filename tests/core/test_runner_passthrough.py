@@ -218,3 +218,60 @@ def test_a_closed_standard_descriptor_stays_closed_and_the_run_ends_as_its_comma
     assert (cli.cwd / "traced.txt").read_text() == (cli.cwd / "plain.txt").read_text()
     assert traced.stdout == plain.stdout
     assert b"Traceback" not in traced.stderr and b"Error" not in traced.stderr
+
+
+def _core_of(path: Path) -> str:
+    """The program name in an ELF core file's NT_PRPSINFO note (x86-64 and aarch64
+    layouts agree up to pr_fname)."""
+    import struct
+
+    data = path.read_bytes()
+    assert data[:4] == b"\x7fELF" and data[16] == 4, "not an ELF core file"
+    phoff, = struct.unpack_from("<Q", data, 32)
+    phentsize, phnum = struct.unpack_from("<HH", data, 54)
+    for i in range(phnum):
+        p_type, _, p_offset, _, _, p_filesz = struct.unpack_from("<IIQQQQ", data,
+                                                                 phoff + i * phentsize)
+        at, end = p_offset, p_offset + p_filesz
+        while p_type == 4 and at < end:  # PT_NOTE
+            namesz, descsz, n_type = struct.unpack_from("<III", data, at)
+            desc = at + 12 + (namesz + 3) // 4 * 4
+            if n_type == 3:  # NT_PRPSINFO: pr_fname at 40, 16 bytes
+                return data[desc + 40 : desc + 56].split(b"\0")[0].decode()
+            at = desc + (descsz + 3) // 4 * 4
+    raise AssertionError("no NT_PRPSINFO note")
+
+
+@pytest.mark.parametrize("wait", MODES)
+def test_a_command_that_dumps_core_keeps_its_core(tmp_path: Path, wait: list[str]) -> None:
+    """roar-core dies of the command's signal to end as it did, without a core of its own:
+    its Python's core took the place of the command's (the `core` file of the pattern)."""
+    import resource
+
+    pattern = Path("/proc/sys/kernel/core_pattern").read_text().strip()
+    if "/" in pattern or pattern.startswith("|") or "%" in pattern:
+        pytest.skip(f"core files do not go to the working directory here ({pattern!r})")
+    if os.uname().machine not in ("x86_64", "aarch64"):
+        pytest.skip("reads the x86-64/aarch64 layout of a core file's process note")
+    cli = make_cli(tmp_path)
+    program = ["sh", "-c", "kill -ABRT $$"]  # (not a Python: its core is told from ours)
+
+    def unlimited_cores() -> None:
+        resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY,) * 2)
+
+    for argv, name in ((program, "untraced"), ([ROAR, "run", *wait, "--", *program], "traced")):
+        core = cli.cwd / pattern
+        core.unlink(missing_ok=True)
+        proc = subprocess.Popen(argv, cwd=cli.cwd, env=cli.env, stderr=subprocess.DEVNULL,
+                                preexec_fn=unlimited_cores)
+        _, status = os.waitpid(proc.pid, 0)
+        proc.returncode = 0  # (reaped here)
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGABRT, (name, status)
+        if name == "untraced":
+            if not core.exists():
+                pytest.skip("no core file is written here")
+            expected = _core_of(core)
+            assert os.WCOREDUMP(status)
+        else:
+            assert not os.WCOREDUMP(status), "roar-core dumped a core of its own"
+            assert core.exists() and _core_of(core) == expected
