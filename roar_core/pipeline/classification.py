@@ -24,7 +24,15 @@ from collections.abc import Iterable, Sequence
 from roar_core.pipeline import objects
 from roar_core.pipeline.objects import ObjectVersion
 from roar_core.pipeline.statcache import FileState
-from roar_core.pipeline.tracelog import OP, RF_EXISTED, RF_MODIFIED, RF_STAT, RF_UNTRACEABLE, Record
+from roar_core.pipeline.tracelog import (
+    OP,
+    RENAME_EXCHANGE,
+    RF_EXISTED,
+    RF_MODIFIED,
+    RF_STAT,
+    RF_UNTRACEABLE,
+    Record,
+)
 from roar_core.slotted import Frozen, Slotted
 
 O_ACCMODE = os.O_RDONLY | os.O_WRONLY | os.O_RDWR
@@ -410,6 +418,14 @@ class Classifier:
                         s = state(path, r.mono_ns)
                     if s is not None:
                         s.written = True
+            elif op == OP_RENAME and r.flags & RENAME_EXCHANGE:
+                # Each name now holds the other's file (`mv --exchange`): both written,
+                # neither created nor removed; both were there, from before unless made.
+                for s in (state(r.path, r.mono_ns), state(r.path2, r.mono_ns)):
+                    if s:
+                        s.written, s.removed = True, False
+                        if s.existed is None:
+                            s.existed = True
             elif op == OP_RENAME or op == OP_LINK:
                 src, d = state(r.path, r.mono_ns), state(r.path2, r.mono_ns)
                 if d:

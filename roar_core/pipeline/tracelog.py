@@ -59,6 +59,7 @@ RF_ARGV_TRUNC = 0x40
 RF_TAG_INHERITED = 0x80
 RF_FOPEN = 0x100
 RF_DIRFD_UNKNOWN = 0x200
+RENAME_EXCHANGE = 0x2  # a rename record's flags are renameat2's (linux/fs.h)
 
 _HEADER = struct.Struct("<8sIIIIIIQQQQII")
 _RECORD = struct.Struct("<IHHIIIiqIIiIQQQQQqqHHHH")
@@ -365,8 +366,8 @@ _ONTO = frozenset(OP[n] for n in ("rename", "link"))
 
 def written_since(path: str | os.PathLike, offset: int) -> set[bytes] | None:
     """Every path a process may have written since `offset` of its log (its own, read as
-    it runs): opened to write, created or truncated, renamed or linked onto, closed
-    modified (a descriptor opened before `offset`).  None where
+    it runs): opened to write, created or truncated, renamed or linked onto (both names of
+    an exchange), closed modified (a descriptor opened before `offset`).  None where
     the log alone cannot say: records lost, or a process started (its writes are in a
     log of its own), or a path relative to a directory the tracer could not name, or a
     record not committed yet.  The shim reads the same from its own process's mapping
@@ -384,12 +385,14 @@ def written_since(path: str | os.PathLike, offset: int) -> set[bytes] | None:
                 written.add(r.path)
         elif op in _ONTO:
             written.add(r.path2)
+            if r.flags & RENAME_EXCHANGE and op == _RENAME:  # (each name holds the other's)
+                written.add(r.path)
         elif op == _TRUNCATE or (op == _CLOSE and r.rflags & RF_MODIFIED):
             written.add(r.path)
     return written
 
 
-_OPEN, _TRUNCATE, _CLOSE = OP["open"], OP["truncate"], OP["close"]
+_OPEN, _TRUNCATE, _CLOSE, _RENAME = OP["open"], OP["truncate"], OP["close"], OP["rename"]
 
 
 def log_files(session_dir: str | os.PathLike, since_mono_ns: int | None = None,

@@ -273,3 +273,24 @@ def test_a_long_lived_recorder_sees_each_new_commit_of_a_tasks_code(tmp_path: Pa
     assert got[0][0] != got[1][0]
     assert [c for c, _, _ in got] == [got[0][0], git("rev-parse", "HEAD")]
     assert [(p, d) for _, p, d in got] == [("step 1.py", False)] * 2
+
+
+def test_two_files_exchanged_are_both_outputs_each_with_the_others_bytes(cli: Cli) -> None:
+    """renameat2(RENAME_EXCHANGE) (`mv --exchange`, an atomic swap of a live file with its
+    new version): each name now holds the other's bytes, both written by the run; before,
+    only the second name was an output, and the first's new content had no producer."""
+    (cli.cwd / "live.txt").write_bytes(b"live v1\n")
+    (cli.cwd / "next.txt").write_bytes(b"live v2\n")
+    swap = ("import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); "
+            "assert libc.renameat2(-100, b'live.txt', -100, b'next.txt', 2) == 0, "
+            "os.strerror(ctypes.get_errno())")
+    run_id = run(cli, "swap", f'python3 -c "{swap}"', wait=True)
+    assert (cli.cwd / "live.txt").read_bytes() == b"live v2\n"  # (the swap happened)
+    got = accesses(cli, run_id)
+    assert {Path(u).name: d for u, (d, _) in got.get("output", {}).items()} == {
+        "live.txt": b3(b"live v2\n"), "next.txt": b3(b"live v1\n")}
+    assert "deleted" not in got
+    [complete] = completes(cli, "swap")
+    lifecycle = {Path(o["name"]).name: o["facets"].get("lifecycleStateChange", {}).get(
+        "lifecycleStateChange") for o in complete["outputs"]}
+    assert lifecycle == {"live.txt": "OVERWRITE", "next.txt": "OVERWRITE"}

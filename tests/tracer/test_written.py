@@ -33,6 +33,8 @@ TASK = textwrap.dedent('''
     open("in.txt", "w").write("in")
     open("rdwr.txt", "w").write("rdwr")
     open("cut.txt", "w").write("cut")
+    open("swap_a.txt", "w").write("a")
+    open("swap_b.txt", "w").write("b")
     mark = trace_mark()
     shim.begin("task")
     if what in ("ops", "spawn"):
@@ -46,6 +48,9 @@ TASK = textwrap.dedent('''
         os.rename("tmp.part", "renamed.txt")
         os.link("out.txt", "linked.txt")
         os.truncate("cut.txt", 1)
+        import ctypes  # renameat2(RENAME_EXCHANGE), as `mv --exchange`: both names written
+        assert ctypes.CDLL(None, use_errno=True).renameat2(-100, b"swap_a.txt", -100,
+                                                           b"swap_b.txt", 2) == 0
         held.write("more")
         held.close()
         os.symlink("in.txt", "sym.txt")  # a new name, no content written
@@ -88,7 +93,7 @@ def test_the_shim_and_the_file_name_what_the_task_wrote(tmp_path) -> None:
     work = os.fsencode(tmp_path / "work")
     wrote = {work + b"/" + n for n in (
         b"out.txt", b"rdwr.txt", b"tmp.part", b"renamed.txt", b"linked.txt", b"cut.txt",
-        b"held.txt", b"odd\xff name.txt")}
+        b"held.txt", b"odd\xff name.txt", b"swap_a.txt", b"swap_b.txt")}
     assert got["shim"] == wrote
     assert got["file"] == wrote
     assert got["left"] == wrote  # (tmp.part: its state as left, missing)

@@ -38,6 +38,10 @@
 
 #include "roar_log.h"
 
+#ifndef RENAME_EXCHANGE /* (glibc before 2.28) */
+#define RENAME_EXCHANGE (1 << 1)
+#endif
+
 #define EXPORT __attribute__((visibility("default")))
 #define TLS __thread __attribute__((tls_model("initial-exec")))
 #define LIKELY(x) __builtin_expect(!!(x), 1)
@@ -1868,6 +1872,8 @@ EXPORT long roar_written_since(uint64_t from, char *buf, size_t cap) {
                 rc = put_path(buf, cap, &used, path, r->path_len);
         } else if (r->op == ROAR_OP_RENAME || r->op == ROAR_OP_LINK) {
             rc = put_path(buf, cap, &used, path2, r->path2_len);
+            if (!rc && r->op == ROAR_OP_RENAME && (r->flags & RENAME_EXCHANGE))
+                rc = put_path(buf, cap, &used, path, r->path_len); /* each holds the other's */
         } else if (r->op == ROAR_OP_TRUNCATE ||
                    (r->op == ROAR_OP_CLOSE && (r->rflags & ROAR_RF_MODIFIED))) {
             rc = put_path(buf, cap, &used, path, r->path_len);
