@@ -290,6 +290,10 @@ class _Resolver:
         self.stats[full] = st
         return full, path
 
+    def heads(self) -> Iterable[bytes]:
+        """The real directories (with a trailing slash) of the paths resolved so far."""
+        return self._dirs.values()
+
     def dirs_moved(self) -> bool:
         """Whether a directory resolved earlier resolves elsewhere now (a symlink made or
         changed since): what was resolved then is not what the end would resolve."""
@@ -437,6 +441,8 @@ class Classifier:
                     if src.existed is None:
                         src.existed = not (src.created or src.written)
                     src.removed = True
+                    if self._moved(r.path, r.path2, r.mono_ns):
+                        src.directory = True  # (not a deleted file)
             elif op == OP_UNLINK:
                 if s := state(r.path, r.mono_ns):
                     if s.existed is None:
@@ -452,6 +458,33 @@ class Classifier:
                 # shutil.rmtree, which opens it without O_DIRECTORY): never a file.
                 if s := state(r.path, r.mono_ns):
                     s.directory = True
+
+    def _moved(self, src: bytes, dst: bytes, ns: int) -> bool:
+        """A directory renamed (a tree written under a temporary name, then moved into
+        place at once): each file the task touched in it is now under `dst`, as if renamed
+        itself: its old name removed, its new one written (the task's output).  Returns
+        whether `src` held any (a directory, then)."""
+        if not (src.startswith(b"/") and dst.startswith(b"/")):
+            return False
+        old, new = self.resolve(src)[0] + b"/", self.resolve(dst)[0] + b"/"
+        # The directories of every path seen are resolved (and kept) once: a file's rename
+        # finds none under it, in a loop over few.
+        if old == new or not any(d.startswith(old) for d in self.resolve.heads()):
+            return False
+        for path, s in [(p, s) for p, s in self.states.items() if p.startswith(old)]:
+            if s.removed or s.directory:
+                continue
+            moved = self._state(new + path[len(old):], ns)
+            if moved is None:
+                continue
+            moved.written, moved.removed = True, False
+            if moved.existed is None:
+                moved.existed = False
+            moved.created = moved.created or not moved.existed
+            if s.existed is None:
+                s.existed = not (s.created or s.written)
+            s.removed = True
+        return True
 
     def finish(self, keep: PathFilter, code: Iterable[bytes] = ()) -> TaskIO | None:
         resolve, io = self.resolve, self.io

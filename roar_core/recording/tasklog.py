@@ -140,6 +140,8 @@ def left_states(log: str, offset: int) -> dict[str, list[int] | None] | None:
         except OSError:
             states[os.fsdecode(p)] = None
             continue
+        if stat.S_ISDIR(st.st_mode):
+            return None  # a directory renamed into place: the files in it are not named
         states[os.fsdecode(p)] = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
                                   st.st_ctime_ns]
     return states

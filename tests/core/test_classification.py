@@ -76,6 +76,29 @@ def test_rename_into_place_keeps_only_the_final_path(tmp_path):
     assert not io.inputs and not io.deleted
 
 
+def test_a_directory_moved_into_place_moves_its_files_outputs(tmp_path):
+    # Written under a temporary directory, which is then renamed (and one file of a kept
+    # directory read there first): each file is an output under its new name only; what
+    # was read keeps its name as an input, and is a deleted one there.
+    io, work = traced_io(tmp_path, """
+        import os
+        os.makedirs("run.tmp/sub")
+        with open("run.tmp/sub/a.txt", "w") as f:
+            f.write("a")
+        with open("run.tmp/b.txt", "w") as f:
+            f.write("b")
+        with open("kept/old.txt") as f:
+            f.read()
+        os.rename("run.tmp", "run")
+        os.rename("kept", "moved")
+    """, setup=lambda w: ((w / "kept").mkdir(), (w / "kept" / "old.txt").write_text("o")))
+    rel = lambda accesses: sorted(os.path.relpath(a.name, work) for a in accesses)  # noqa: E731
+    assert rel(io.outputs) == ["moved/old.txt", "run/b.txt", "run/sub/a.txt"]
+    assert rel(io.transient) == ["run.tmp/b.txt", "run.tmp/sub/a.txt"]
+    assert rel(io.inputs) == ["kept/old.txt"] and rel(io.deleted) == ["kept/old.txt"]
+    assert [a.existed for a in io.outputs] == [False, False, False]
+
+
 def test_created_then_unlinked_is_transient(tmp_path):
     io, _ = traced_io(tmp_path, """
         import os

@@ -294,3 +294,25 @@ def test_two_files_exchanged_are_both_outputs_each_with_the_others_bytes(cli: Cl
     lifecycle = {Path(o["name"]).name: o["facets"].get("lifecycleStateChange", {}).get(
         "lifecycleStateChange") for o in complete["outputs"]}
     assert lifecycle == {"live.txt": "OVERWRITE", "next.txt": "OVERWRITE"}
+
+
+def test_a_tree_written_under_a_temporary_name_then_moved_into_place_is_the_output(
+        cli: Cli) -> None:
+    """A directory written whole, then renamed into place at once (checkpoint savers,
+    `mktemp -d` + `mv`): its files are the run's outputs under the name they have now,
+    each with the bytes written; the temporary names are not outputs.  Before, the run
+    had no outputs at all, and the next run's input had no producer."""
+    (cli.cwd / "in.txt").write_bytes(b"source\n")
+    producer = run(cli, "save", "mkdir -p ckpt.tmp/shard && cat in.txt > ckpt.tmp/meta && "
+                   "printf w1 > ckpt.tmp/shard/0 && printf w2 > ckpt.tmp/shard/1 && "
+                   "mv ckpt.tmp ckpt", wait=True)
+    got = accesses(cli, producer)
+    assert {u.removeprefix(f"{cli.cwd}/"): d for u, (d, _) in got["output"].items()} == {
+        "ckpt/meta": b3(b"source\n"), "ckpt/shard/0": b3(b"w1"), "ckpt/shard/1": b3(b"w2")}
+    assert {Path(u).name for u in got["input"]} == {"in.txt"}
+    assert all("ckpt.tmp/" in u for u in got.get("transient", {})), got
+    reader = run(cli, "load", "cat ckpt/shard/1 > loaded.txt", wait=True)
+    assert {Path(u).name: d for u, (d, _) in accesses(cli, reader)["input"].items()} == {
+        "1": b3(b"w2")}
+    assert "written by" in cli.ok("show", "ckpt/shard/1") and "save" in cli.ok(
+        "show", "ckpt/shard/1")
