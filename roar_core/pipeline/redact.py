@@ -58,6 +58,13 @@ _HEADER_SECRET = re.compile(
     r"(?P<sep>\s*:\s*).+$",
     re.IGNORECASE,
 )
+# The same inside a shell string (`sh -c 'curl -H "Authorization: Bearer x" ...'`): the
+# value runs to the quote that closes the header's word.
+_TEXT_HEADER_SECRET = re.compile(
+    r"""(?<![\w-])(?P<name>(?:proxy-)?authorization|x-[a-z0-9-]*(?:key|token|secret)"""
+    r"""[a-z0-9-]*|cookie)(?P<sep>\s*:\s*)(?P<value>[^'"\n]+)""",
+    re.IGNORECASE,
+)
 
 
 # Flags and assignments inside free text: shell strings (`bash -c "... --token x"`) and error
@@ -100,6 +107,7 @@ def redact_text(text: str) -> str:
     text = _URL_USERINFO.sub(_mask_userinfo, text)
     text = _QUERY_SECRET.sub(_mask_query, text)
     text = _HEADER_SECRET.sub(lambda m: f"{m['name']}{m['sep']}{MASK}", text)
+    text = _TEXT_HEADER_SECRET.sub(lambda m: f"{m['name']}{m['sep']}{MASK}", text)
     text = _TEXT_FLAG.sub(
         lambda m: f"{m['flag']}{m['sep']}{MASK}" if _is_secret_flag(m["flag"]) else m[0], text
     )

@@ -35,6 +35,11 @@ from roar_core.pipeline.redact import MASK, redact_argv, redact_env, redact_text
         (["sh", "-c", "deploy --token s1; echo done"],
          ["sh", "-c", f"deploy --token {MASK}; echo done"]),
         (["sh", "-c", "A_TOKEN=s1 sh -c 'x|y'"], ["sh", "-c", f"A_TOKEN={MASK} sh -c 'x|y'"]),
+        # A header in a shell string: to the quote that ends its word.
+        (["sh", "-c", 'curl -s -H "Authorization: Bearer t1" https://h/x; echo done'],
+         ["sh", "-c", f'curl -s -H "Authorization: {MASK}" https://h/x; echo done']),
+        (["bash", "-c", "curl -H 'X-Api-Key: k1' -H 'Accept: json' -b 'Cookie: c=1' u"],
+         ["bash", "-c", f"curl -H 'X-Api-Key: {MASK}' -H 'Accept: json' -b 'Cookie: {MASK}' u"]),
     ],
 )  # fmt: skip
 def test_redact_argv_masks_secret_values(argv: list[str], expected: list[str]) -> None:
