@@ -60,3 +60,34 @@ def test_secret_canaries_leave_nothing_and_keep_the_shape(tmp_path: Path) -> Non
     assert commands["mysql-in-shell"][2] == "mysql -uroot -p*** db && echo ok"
     assert commands["curl-u"][2] == "alice:***"
     assert commands["mysql-p"] == ["mysql", "-p***", "db"]
+
+
+def test_a_run_named_by_its_command_leaves_no_secret_in_its_name(tmp_path: Path) -> None:
+    """Without `--job`, a run is named by its command's first words (`curl -u alice:X`,
+    a script's `export API_KEY=X`): the name goes out with every event, masked as the
+    command is.  (The test above names every run: these names leaked.)"""
+    cli = make_cli(tmp_path)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("tool", "mysql", "curl"):
+        (bin_dir / name).write_text("#!/bin/sh\nexit 0\n")
+        (bin_dir / name).chmod(0o755)
+    env = {**cli.env, "PATH": f"{bin_dir}:{cli.env['PATH']}"}
+    forms = {  # the name each gets -> its command (a shell's script: its first words)
+        "curl -u alice:***": ["sh", "-c", "curl -u alice:cnry-name-curl http://127.0.0.1:9/"],
+        "mysql -p*** db": ["sh", "-c", "mysql -pcnry-name-mysql db"],
+        "export API_KEY=***": ["sh", "-c", "export API_KEY=cnry-name-export; tool"],
+        "tool --token ***": ["sh", "-c", "tool --token cnry-name-shell"],
+        "curl -H Authorization: ***": [
+            "sh", "-c", 'curl -H "Authorization: Bearer cnry-name-header" http://h/'],
+    }
+    for argv in forms.values():
+        proc = cli("run", "--wait", "--", *argv, env=env)
+        assert proc.returncode == 0, (argv, proc.stderr)
+    home = Path(cli.env["ROAR_HOME"])
+    cli.ok("flush")
+    assert _leaks(home, [f"cnry-name-{k}" for k in
+                         ("curl", "mysql", "export", "shell", "header")]) == {}
+    events = [json.loads(line) for line in
+              (home / "openlineage" / "events.jsonl").read_text().splitlines()]
+    assert {e["job"]["name"] for e in events} == set(forms)
