@@ -230,7 +230,7 @@ class TaskIO(Slotted):
 class _State:
     # One per file a task touches: no per-instance containers until one is needed.
     __slots__ = ("read_first", "existed", "created", "written", "removed", "directory",
-                 "baselines", "pre_state", "via", "first_ns")
+                 "baselines", "pre_state", "via", "first_ns", "moved_to")
 
     def __init__(self, first_ns: int = 0) -> None:
         self.read_first = False
@@ -243,6 +243,7 @@ class _State:
         self.pre_state: FileState | None = None
         self.via: set[bytes] | None = None
         self.first_ns = first_ns
+        self.moved_to: bytes | None = None  # renamed to (its last rename's new name)
 
 
 class _Resolver:
@@ -302,6 +303,13 @@ class _Resolver:
 
 
 _MISSING = _State()
+
+
+def _is_dir(path: bytes) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _stat_of(r: Record) -> FileState | None:
@@ -440,7 +448,7 @@ class Classifier:
                 if src and op == OP_RENAME:
                     if src.existed is None:
                         src.existed = not (src.created or src.written)
-                    src.removed = True
+                    src.removed, src.moved_to = True, r.path2
                     if self._moved(r.path, r.path2, r.mono_ns):
                         src.directory = True  # (not a deleted file)
             elif op == OP_UNLINK:
@@ -534,6 +542,8 @@ class Classifier:
                 io.outputs.append(FileAccess(path, name, "output", via, None, s.first_ns,
                                              existed, final))
             elif not exists and (s.removed or s.written or s.created):
+                if s.existed and s.moved_to is not None and _is_dir(s.moved_to):
+                    continue  # a directory renamed, none of its files touched: no file
                 if s.existed:
                     io.deleted.append(FileAccess(path, name, "deleted", via, None, s.first_ns,
                                                  existed, final))

@@ -99,6 +99,18 @@ def test_a_directory_moved_into_place_moves_its_files_outputs(tmp_path):
     assert [a.existed for a in io.outputs] == [False, False, False]
 
 
+def test_a_directory_renamed_untouched_is_no_deleted_file(tmp_path):
+    # (A file renamed away is deleted there, as before.)
+    io, _ = traced_io(tmp_path, """
+        import os
+        os.rename("olddir", "newdir")
+        os.rename("old.txt", "new.txt")
+    """, setup=lambda w: ((w / "olddir").mkdir(), (w / "olddir" / "f").write_text("f"),
+                          (w / "old.txt").write_text("o")))
+    assert names(io.deleted) == ["old.txt"] and names(io.outputs) == ["new.txt"]
+    assert not io.inputs and not io.transient
+
+
 def test_created_then_unlinked_is_transient(tmp_path):
     io, _ = traced_io(tmp_path, """
         import os
