@@ -187,6 +187,14 @@ def _redacted(argv: tuple[str, ...], secrets: tuple[str, ...]) -> tuple[str, ...
     return tuple(out)
 
 
+@functools.lru_cache(maxsize=256)
+def redact_name(name: str, secrets: tuple[str, ...] = ()) -> str:
+    """A job name masked as a command is: a run without `--job` is named by its command's
+    first words (`curl -u bob:pw`).  Its words, then the whole: a header's value is words
+    of its own there.  Cached: a recorder meets the same few names task after task."""
+    return redact_text(" ".join(_redacted(tuple(name.split(" ")), secrets)))
+
+
 # A known secret shorter than this is not looked for inside arguments: masking every "1"
 # of a command would hide it all and protect nothing.
 _MIN_KNOWN = 4

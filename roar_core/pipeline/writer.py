@@ -24,7 +24,7 @@ from roar_core.pipeline import emission, provenance, sourcecode
 from roar_core.pipeline.capture import Capture, Version
 from roar_core.pipeline.classification import PathFilter, TaskIO, shown_text
 from roar_core.pipeline.hashing import Hasher
-from roar_core.pipeline.redact import redact_argv, redact_text
+from roar_core.pipeline.redact import redact_argv, redact_name
 from roar_core.pipeline.sourcecode import CodeVersion
 from roar_core.pipeline.spool import Spool, encode
 from roar_core.pipeline.store import Access, AccessRecord, CodeFile, Store, TaskRun
@@ -69,11 +69,8 @@ class TaskMeta:
         # Valid text from here on: a `--job` or an argument with bytes that are not UTF-8
         # (surrogate escapes in Python) cannot go into JSON or the store as they are.
         self.job_name = shown_text(self.job_name)
-        # A run's name without `--job` is its command's first words (`curl -u bob:pw`):
-        # masked as its command is, for the name goes out with every event.
-        # (Its words, then the whole: a header's value is words of its own there.)
-        self.job_name = redact_text(" ".join(redact_argv(self.job_name.split(" "),
-                                                         self.secrets)))
+        # The name goes out with every event: masked as the command is.
+        self.job_name = redact_name(self.job_name, tuple(self.secrets))
         if self.command is not None:
             self.command = [shown_text(a) for a in self.command]
 
