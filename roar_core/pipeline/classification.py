@@ -305,6 +305,22 @@ class _Resolver:
 _MISSING = _State()
 
 
+def _arrived(s: _State) -> None:
+    """A name renamed or linked onto: written, there at the end unless removed later;
+    created there unless it was before."""
+    s.written, s.removed = True, False
+    if s.existed is None:
+        s.existed = False
+    s.created = s.created or not s.existed
+
+
+def _left(s: _State) -> None:
+    """A name renamed away: gone; it was there before the task unless the task made it."""
+    if s.existed is None:
+        s.existed = not (s.created or s.written)
+    s.removed = True
+
+
 def _is_dir(path: bytes) -> bool:
     try:
         return stat.S_ISDIR(os.lstat(path).st_mode)
@@ -441,14 +457,10 @@ class Classifier:
             elif op == OP_RENAME or op == OP_LINK:
                 src, d = state(r.path, r.mono_ns), state(r.path2, r.mono_ns)
                 if d:
-                    d.written, d.removed = True, False
-                    if d.existed is None:
-                        d.existed = False
-                    d.created = d.created or not d.existed
+                    _arrived(d)
                 if src and op == OP_RENAME:
-                    if src.existed is None:
-                        src.existed = not (src.created or src.written)
-                    src.removed, src.moved_to = True, r.path2
+                    _left(src)
+                    src.moved_to = r.path2
                     if self._moved(r.path, r.path2, r.mono_ns):
                         src.directory = True  # (not a deleted file)
             elif op == OP_UNLINK:
@@ -483,15 +495,9 @@ class Classifier:
             if s.removed or s.directory:
                 continue
             moved = self._state(new + path[len(old):], ns)
-            if moved is None:
-                continue
-            moved.written, moved.removed = True, False
-            if moved.existed is None:
-                moved.existed = False
-            moved.created = moved.created or not moved.existed
-            if s.existed is None:
-                s.existed = not (s.created or s.written)
-            s.removed = True
+            if moved is not None:
+                _arrived(moved)
+                _left(s)
         return True
 
     def finish(self, keep: PathFilter, code: Iterable[bytes] = ()) -> TaskIO | None:
