@@ -446,6 +446,8 @@ class Classifier:
                         s = state(path, r.mono_ns)
                     if s is not None:
                         s.written = True
+                        if s.existed is None:  # opened before the task: there already
+                            s.existed = True
             elif op == OP_RENAME and r.flags & RENAME_EXCHANGE:
                 # Each name now holds the other's file (`mv --exchange`): both written,
                 # neither created nor removed; both were there, from before unless made.

@@ -280,7 +280,9 @@ def open_roar(directory: Dir, settings: dict[str, Any] | None = None, send: bool
 
     settings = settings or read_settings(directory)
     cfg = config.load(cwd=settings["root"], env={}, **settings["config"])
-    return Roar(cfg, internal=settings.get("internal") or (), send=send,
+    # The directory itself is roar's: a producer's task log, written on a task's own
+    # thread, is never the task's lineage.
+    return Roar(cfg, internal=[*(settings.get("internal") or ()), directory], send=send,
                 idle_checkpoints=True)
 
 

@@ -360,3 +360,28 @@ def test_a_path_that_became_a_symlink_is_classified_as_the_end_finds_it(tmp_path
     os.symlink(work / "real-d", work / "d")
     assert fed.finish(keep) is None
     assert str(work / "real-d" / "out.txt") in [a.name for a in classify(records, keep).outputs]
+
+
+def test_a_file_written_through_a_descriptor_opened_before_the_task(tmp_path):
+    # A long-lived worker's file (a logger's, an actor's results) opened before the task and
+    # written in it with no open or close there: an output of the task, one that existed.
+    session = tmp_path / "session"
+    session.mkdir()
+    (tmp_path / "log.txt").write_bytes(b"start\n")
+    script = textwrap.dedent("""
+        from roar_core.pipeline import tracer
+        shim = tracer.loaded()
+        log = open("log.txt", "ab", buffering=0)
+        log.write(b"worker up\\n")
+        shim.begin("task")
+        log.write(b"task ran\\n")
+        shim.end()
+    """)
+    p = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
+                       text=True, env=tracer.preload_env(session))
+    assert p.returncode == 0, p.stderr
+    io = classify(attribute(tracelog.read_session(session).logs)["task"].records,
+                  PathFilter.build([session]))
+    assert names(io.outputs) == ["log.txt"] and not io.inputs
+    (out,) = io.outputs
+    assert out.existed and out.state.size == len(b"start\nworker up\ntask ran\n")

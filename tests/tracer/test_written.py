@@ -35,6 +35,18 @@ TASK = textwrap.dedent('''
     open("cut.txt", "w").write("cut")
     open("swap_a.txt", "w").write("a")
     open("swap_b.txt", "w").write("b")
+    # Opened and written before the task; the first written through again in it, with no
+    # open or close there (a logger's file, an actor's results over its calls).
+    kept = open("kept.txt", "ab", buffering=0)
+    kept.write(b"before the task")
+    quiet = open("quiet.txt", "ab", buffering=0)
+    quiet.write(b"before the task")
+    if what == "two":  # a first task makes a file and leaves it open to the second
+        shim.begin("first")
+        made = open("made.txt", "ab", buffering=0)
+        made.write(b"first")
+        shim.end()
+        made.write(b" between")  # neither task's
     mark = trace_mark()
     shim.begin("task")
     if what in ("ops", "spawn"):
@@ -53,6 +65,7 @@ TASK = textwrap.dedent('''
                                                            b"swap_b.txt", 2) == 0
         held.write("more")
         held.close()
+        kept.write(b" and in it")
         os.symlink("in.txt", "sym.txt")  # a new name, no content written
         os.unlink("old.txt")
         os.mkdir("sub")
@@ -65,6 +78,8 @@ TASK = textwrap.dedent('''
         with open("tree.tmp/sub/f.txt", "w") as f:
             f.write("f")
         os.rename("tree.tmp", "tree")
+    elif what == "two":
+        made.write(b" second")
     elif what == "many":  # more names than the shim's first buffer holds
         for i in range(120):
             with open(f"{'long-name-' * 6}{i:04d}.txt", "w") as f:
@@ -100,7 +115,7 @@ def test_the_shim_and_the_file_name_what_the_task_wrote(tmp_path) -> None:
     work = os.fsencode(tmp_path / "work")
     wrote = {work + b"/" + n for n in (
         b"out.txt", b"rdwr.txt", b"tmp.part", b"renamed.txt", b"linked.txt", b"cut.txt",
-        b"held.txt", b"odd\xff name.txt", b"swap_a.txt", b"swap_b.txt")}
+        b"held.txt", b"odd\xff name.txt", b"swap_a.txt", b"swap_b.txt", b"kept.txt")}
     assert got["shim"] == wrote
     assert got["file"] == wrote
     assert got["left"] == wrote  # (tmp.part: its state as left, missing)
@@ -144,3 +159,16 @@ def test_a_directory_renamed_into_place_leaves_states_it_cannot_name(tmp_path) -
     work = os.fsencode(tmp_path / "work")
     assert got["shim"] == got["file"] == {work + b"/tree.tmp/sub/f.txt", work + b"/tree"}
     assert got["left"] is None
+
+
+def test_a_file_made_by_one_task_and_written_on_by_the_next_is_the_nexts(tmp_path) -> None:
+    # Written through a descriptor the first task opened and left open: the second task
+    # opens and closes nothing.  Its end says what the file holds then, under its tag; the
+    # write between the tasks is charged as the second begins, to no task.
+    got = _task(tmp_path, "two")
+    made = os.fsencode(tmp_path / "work" / "made.txt")
+    assert got["shim"] == got["file"] == {made}
+    changed = [(r.tag, r.st_size) for r in tracelog.read_log(got["log"]).records
+               if r.op == tracelog.OP["close"] and r.path == made
+               and r.rflags & tracelog.RF_MODIFIED]
+    assert changed == [(None, len(b"first between")), ("task", len(b"first between second"))]

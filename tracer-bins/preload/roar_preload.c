@@ -135,6 +135,7 @@ enum { TRACK_NONE = 0, TRACK_COMPARE = 1, TRACK_MODIFIED = 2 };
 
 struct fd_state {
     uint8_t track;
+    uint8_t writable; /* opened to write: looked at by the task boundaries (see below) */
     int64_t size, mtime_ns, ctime_ns;
 };
 
@@ -165,6 +166,7 @@ static struct {
     int grow_lock;
     uint64_t dropped_nolog;
     int tracked_fds;
+    int writable_fds;
     int max_fd; /* highest fd ever remembered: bounds close_range scans */
 } g;
 
@@ -581,14 +583,18 @@ static void rpath_at(struct rpath *p, int dirfd, const char *s, char *tmp, uint3
     }
 }
 
-static void fd_remember(int fd, const struct rpath *p, uint8_t track, const struct stat *st) {
+static void fd_remember(int fd, const struct rpath *p, uint8_t track, uint8_t writable,
+                        const struct stat *st) {
     if (fd < 0) return;
     if (fd > g.max_fd) g.max_fd = fd;
     if (fd < FD_STATE_MAX) {
         struct fd_state *fs = &fd_states[fd];
         if (fs->track && !track) __atomic_sub_fetch(&g.tracked_fds, 1, __ATOMIC_RELAXED);
         if (!fs->track && track) __atomic_add_fetch(&g.tracked_fds, 1, __ATOMIC_RELAXED);
+        if (fs->writable && !writable) __atomic_sub_fetch(&g.writable_fds, 1, __ATOMIC_RELAXED);
+        if (!fs->writable && writable) __atomic_add_fetch(&g.writable_fds, 1, __ATOMIC_RELAXED);
         fs->track = track;
+        fs->writable = writable;
         if (st) {
             fs->size = st->st_size;
             fs->mtime_ns = ts_ns(st->st_mtim);
@@ -616,9 +622,8 @@ static void fd_copy(int from, int to) {
         p.s = fd_paths[from].path;
         p.slen = fd_paths[from].len;
     }
-    uint8_t track = from < FD_STATE_MAX ? fd_states[from].track : 0;
     struct fd_state saved = from < FD_STATE_MAX ? fd_states[from] : (struct fd_state){0};
-    fd_remember(to, p.slen ? &p : NULL, track, NULL);
+    fd_remember(to, p.slen ? &p : NULL, saved.track, saved.writable, NULL);
     if (to < FD_STATE_MAX) {
         fd_states[to].size = saved.size;
         fd_states[to].mtime_ns = saved.mtime_ns;
@@ -680,7 +685,7 @@ static void open_after(int dirfd, const char *path, int flags, mode_t mode, int 
     struct ev e = {.op = ROAR_OP_OPEN, .flags = (uint32_t)flags, .mode = mode, .fd = dirfd,
                    .result = fd, .err = fd < 0 ? saved : 0};
     rpath_at(&e.p1, dirfd, path, tmp, &rflags);
-    uint8_t track = TRACK_NONE;
+    uint8_t track = TRACK_NONE, can_write = fd >= 0 && writable(flags);
     struct stat st;
     const struct stat *baseline = NULL;
     if (fd >= 0 && (flags & O_TMPFILE) == O_TMPFILE) {
@@ -709,26 +714,36 @@ static void open_after(int dirfd, const char *path, int flags, mode_t mode, int 
     }
     e.rflags = rflags;
     emit(&e);
-    if (fd >= 0) fd_remember(fd, &e.p1, track, baseline);
+    if (fd >= 0) fd_remember(fd, &e.p1, track, can_write, baseline);
     LEAVE(saved);
 }
 
 /* Record the state of a writable fd that is about to be closed.  Called before the
  * real close so fstat still works. */
+static int fd_changed(const struct fd_state *fs, const struct stat *st) {
+    return st->st_size != fs->size || ts_ns(st->st_mtim) != fs->mtime_ns ||
+           ts_ns(st->st_ctim) != fs->ctime_ns;
+}
+
+static void close_emit(int fd, const struct stat *st, uint32_t rflags);
+
 static void close_record(int fd) {
     if (fd < 0 || fd >= FD_STATE_MAX || !fd_states[fd].track) return;
     struct fd_state *fs = &fd_states[fd];
     struct stat st;
-    struct ev e = {.op = ROAR_OP_CLOSE, .fd = fd};
+    if (fs->track == TRACK_MODIFIED)
+        close_emit(fd, NULL, ROAR_RF_MODIFIED); /* known already: the hash says the rest */
+    else if (fstat(fd, &st) == 0)
+        close_emit(fd, &st, fd_changed(fs, &st) ? ROAR_RF_MODIFIED : 0);
+    else
+        close_emit(fd, NULL, 0);
+}
+
+/* A close record: the file's state (NULL: unknown) as the descriptor is closed or, at a
+ * task boundary, as it stays open. */
+static void close_emit(int fd, const struct stat *st, uint32_t rflags) {
+    struct ev e = {.op = ROAR_OP_CLOSE, .fd = fd, .rflags = rflags, .st = st};
     char tmp[PATH_MAX];
-    if (fs->track == TRACK_MODIFIED) {
-        e.rflags |= ROAR_RF_MODIFIED; /* known already: the hash will say the rest */
-    } else if (fstat(fd, &st) == 0) {
-        e.st = &st;
-        if (st.st_size != fs->size || ts_ns(st.st_mtim) != fs->mtime_ns ||
-            ts_ns(st.st_ctim) != fs->ctime_ns)
-            e.rflags |= ROAR_RF_MODIFIED;
-    }
     if (fd < FD_PATH_MAX && fd_paths[fd].len) {
         e.p1.s = fd_paths[fd].path;
         e.p1.slen = fd_paths[fd].len;
@@ -747,6 +762,10 @@ static void fd_forget(int fd) {
     if (fd < FD_STATE_MAX && fd_states[fd].track) {
         fd_states[fd].track = 0;
         __atomic_sub_fetch(&g.tracked_fds, 1, __ATOMIC_RELAXED);
+    }
+    if (fd < FD_STATE_MAX && fd_states[fd].writable) {
+        fd_states[fd].writable = 0;
+        __atomic_sub_fetch(&g.writable_fds, 1, __ATOMIC_RELAXED);
     }
     if (fd < FD_PATH_MAX && fd_paths[fd].len) {
         __atomic_add_fetch(&fd_paths[fd].seq, 1, __ATOMIC_ACQ_REL);
@@ -1744,7 +1763,7 @@ __attribute__((destructor)) static void roar_fini(void) {
     if (!recording()) return;
     ENTER(saved);
     if (__atomic_load_n(&g.tracked_fds, __ATOMIC_RELAXED) > 0)
-        for (int fd = 0; fd < FD_STATE_MAX; fd++)
+        for (int fd = 0; fd < FD_STATE_MAX && fd <= g.max_fd; fd++)
             if (fd_states[fd].track) close_record(fd);
     struct ev e = {.op = ROAR_OP_EXIT};
     emit(&e);
@@ -1770,6 +1789,36 @@ EXPORT uint64_t roar_dropped(void) {
            __atomic_load_n(&g.dropped_nolog, __ATOMIC_RELAXED);
 }
 
+/* A file a descriptor opened before a task began is written through within it with no
+ * open or close of its own (a logger's file, results an actor appends to over its calls).
+ * At each task boundary every file open to write that changed since the previous one gets
+ * a close record, its descriptor left open, under the tag current here: the task's as it
+ * ends, the fallback's as one begins.  Its state now is what the next boundary and its
+ * close compare with.  Nothing to do (one load) where no descriptor is open to write. */
+static void boundary_writes(void) {
+    if (!recording() || !__atomic_load_n(&g.writable_fds, __ATOMIC_RELAXED)) return;
+    ENTER(saved);
+    int top = g.max_fd < FD_STATE_MAX ? g.max_fd : FD_STATE_MAX - 1;
+    for (int fd = 0; fd <= top; fd++) {
+        struct fd_state *fs = &fd_states[fd];
+        struct stat st;
+        /* (TRACK_MODIFIED: an O_TMPFILE, no file of its own until linked and closed.) */
+        if (!fs->writable || fs->track == TRACK_MODIFIED || fstat(fd, &st) != 0 ||
+            !S_ISREG(st.st_mode))
+            continue;
+        /* TRACK_NONE: created or truncated since the last boundary, which its open record
+         * already says. */
+        if (fs->track == TRACK_COMPARE && fd_changed(fs, &st))
+            close_emit(fd, &st, ROAR_RF_MODIFIED);
+        if (fs->track == TRACK_NONE) __atomic_add_fetch(&g.tracked_fds, 1, __ATOMIC_RELAXED);
+        fs->track = TRACK_COMPARE;
+        fs->size = st.st_size;
+        fs->mtime_ns = ts_ns(st.st_mtim);
+        fs->ctime_ns = ts_ns(st.st_ctim);
+    }
+    LEAVE(saved);
+}
+
 static void record_task(uint16_t op) {
     if (!recording()) return;
     ENTER(saved);
@@ -1783,6 +1832,7 @@ static void record_task(uint16_t op) {
 EXPORT int roar_task_begin(const char *tag) {
     size_t n = cstrlen(tag);
     if (!n || n > ROAR_MAX_TAG || t_adopted) return -1;
+    boundary_writes();
     spin_lock(&tags.lock);
     if (!t_has_tag) {
         tags.active++;
@@ -1805,6 +1855,7 @@ EXPORT int roar_task_begin(const char *tag) {
 
 EXPORT int roar_task_end(void) {
     if (!t_has_tag || t_adopted) return -1;
+    boundary_writes();
     record_task(ROAR_OP_TASK_END);
     spin_lock(&tags.lock);
     tags.active--;

@@ -153,3 +153,32 @@ def test_a_consumer_on_another_node_goes_out_after_its_producer(ray_job):
                             for d in e.get("inputs", []) + e.get("outputs", [])))
 
     assert first(".write", "made.bin") < first(".read", "made.bin")
+
+
+@ray.remote
+class HeldAppender:
+    """Opens its file once, as a logger or a results writer does, and writes through that
+    descriptor in every call: no call opens or closes anything."""
+
+    def __init__(self, path: str):
+        self.f = open(path, "ab")
+
+    def append(self, line: bytes) -> int:
+        self.f.write(line)
+        self.f.flush()
+        return len(line)
+
+
+def test_calls_writing_through_a_file_the_actor_opened_once_each_leave_a_version(ray_job):
+    path = ray_job.data / "held.txt"
+    actor = HeldAppender.remote(str(path))
+    lines = [f"record {i}\n".encode() for i in range(4)]
+    for line in lines:
+        ray.get(actor.append.remote(line))
+    ray_job.finish()
+
+    store = ray_job.store()
+    calls = sorted(ray_job.runs(store, ".HeldAppender.append"), key=lambda r: r.started_at)
+    assert len(calls) == 4
+    left = [io_of(store, r.run_id)[1].get(str(path)) for r in calls]
+    assert left == [b3(b"".join(lines[: i + 1])) for i in range(4)]
