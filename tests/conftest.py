@@ -260,7 +260,11 @@ def _stores_hold_no_dangling_reference(request: pytest.FixtureRequest) -> Iterat
         return
     import sqlite3
 
-    for db in root.rglob("lineage.db"):
+    # os.walk, not rglob: a process the test left (a fork server going away) may remove a
+    # directory of it during the walk, which rglob raises on.
+    found = (os.path.join(d, "lineage.db") for d, _, files in os.walk(root)
+             if "lineage.db" in files)
+    for db in found:
         try:
             conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
         except sqlite3.Error:

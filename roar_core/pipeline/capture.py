@@ -538,6 +538,8 @@ class WorkerCapture:
 
         self.keep, self.hasher = keep, hasher
         self._shim = tracer.loaded()
+        if self._shim is not None:
+            self._shim.quiet(keep.internal)
         self._collector = SessionCollector(Path(session), root_pid=os.getpid(),
                                            since_mono_ns=time.monotonic_ns())
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
 from roar_core.slotted import Frozen
@@ -171,6 +171,19 @@ class Shim:
 
     def end(self) -> None:
         self._lib.roar_task_end()
+
+    def quiet(self, dirs: Iterable[bytes | str]) -> None:
+        """Files in `dirs` (an engine's own logs, roar's own files) are never lineage: a
+        descriptor held open to one is not looked at as each task begins and ends."""
+        import ctypes
+
+        quiet_dir = getattr(self._lib, "roar_quiet_dir", None)  # an older shim: none
+        if quiet_dir is None:
+            return
+        quiet_dir.argtypes = [ctypes.c_char_p]
+        quiet_dir.restype = ctypes.c_int
+        for d in dirs:
+            quiet_dir(os.fsencode(d))
 
     def process_tag(self, tag: str | None) -> None:
         self._lib.roar_process_tag(tag.encode("utf-8", "surrogateescape") if tag else None)

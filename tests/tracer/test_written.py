@@ -41,6 +41,9 @@ TASK = textwrap.dedent('''
     kept.write(b"before the task")
     quiet = open("quiet.txt", "ab", buffering=0)
     quiet.write(b"before the task")
+    os.mkdir("engine")  # an engine's own directory (never lineage), its log held open
+    engine_log = open("engine/worker.out", "ab", buffering=0)
+    shim.quiet([os.path.join(work, "engine")])
     if what == "two":  # a first task makes a file and leaves it open to the second
         shim.begin("first")
         made = open("made.txt", "ab", buffering=0)
@@ -66,6 +69,7 @@ TASK = textwrap.dedent('''
         held.write("more")
         held.close()
         kept.write(b" and in it")
+        engine_log.write(b":task_name:task")
         os.symlink("in.txt", "sym.txt")  # a new name, no content written
         os.unlink("old.txt")
         os.mkdir("sub")

@@ -173,6 +173,16 @@ static struct {
 static struct fd_state fd_states[FD_STATE_MAX];
 static struct fd_path fd_paths[FD_PATH_MAX];
 
+/* Directories whose files are never lineage (an engine's own logs, roar's own task log),
+ * set by roar_quiet_dir: a descriptor held open to one of them is not looked at at each
+ * task boundary (a Ray worker writes its stdout and stderr files at every task). */
+#define QUIET_MAX 8
+static struct {
+    int n;
+    uint16_t len[QUIET_MAX];
+    char dir[QUIET_MAX][FD_PATH_LEN]; /* each ends with '/' */
+} quiet;
+
 /* cwd cache: two buffers and an index, so a reader never sees a half-written path
  * unless two chdir calls race with one read. */
 static struct {
@@ -1789,6 +1799,15 @@ EXPORT uint64_t roar_dropped(void) {
            __atomic_load_n(&g.dropped_nolog, __ATOMIC_RELAXED);
 }
 
+/* Whether fd's file is known to be in a quiet directory. */
+static int fd_quiet(int fd) {
+    if (fd >= FD_PATH_MAX) return 0;
+    const struct fd_path *fp = &fd_paths[fd];
+    for (int i = 0; i < quiet.n; i++)
+        if (fp->len > quiet.len[i] && !memcmp(fp->path, quiet.dir[i], quiet.len[i])) return 1;
+    return 0;
+}
+
 /* A file a descriptor opened before a task began is written through within it with no
  * open or close of its own (a logger's file, results an actor appends to over its calls).
  * At each task boundary every file open to write that changed since the previous one gets
@@ -1803,9 +1822,13 @@ static void boundary_writes(void) {
         struct fd_state *fs = &fd_states[fd];
         struct stat st;
         /* (TRACK_MODIFIED: an O_TMPFILE, no file of its own until linked and closed.) */
-        if (!fs->writable || fs->track == TRACK_MODIFIED || fstat(fd, &st) != 0 ||
-            !S_ISREG(st.st_mode))
+        if (!fs->writable || fs->track == TRACK_MODIFIED) continue;
+        if (fd_quiet(fd)) { /* for good: the next boundaries skip it at no cost */
+            fs->writable = 0;
+            __atomic_sub_fetch(&g.writable_fds, 1, __ATOMIC_RELAXED);
             continue;
+        }
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) continue;
         /* TRACK_NONE: created or truncated since the last boundary, which its open record
          * already says. */
         if (fs->track == TRACK_COMPARE && fd_changed(fs, &st))
@@ -1864,6 +1887,19 @@ EXPORT int roar_task_end(void) {
     t_has_tag = 0;
     fallback_update();
     spin_unlock(&tags.lock);
+    return 0;
+}
+
+/* Files in `dir` (absolute) are never lineage: see `quiet`.  0, or -1 where it is not
+ * absolute, too long, or QUIET_MAX are set already.  Called once per worker, before its
+ * tasks (not thread-safe against a boundary running meanwhile). */
+EXPORT int roar_quiet_dir(const char *dir) {
+    size_t n = cstrlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--;
+    if (!n || dir[0] != '/' || n + 2 > FD_PATH_LEN || quiet.n >= QUIET_MAX) return -1;
+    memcpy(quiet.dir[quiet.n], dir, n);
+    if (n > 1) quiet.dir[quiet.n][n++] = '/';
+    quiet.len[quiet.n++] = (uint16_t)n;
     return 0;
 }
 

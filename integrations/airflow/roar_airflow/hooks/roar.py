@@ -355,6 +355,15 @@ def write_settings(directory: Path, again: bool = False) -> None:
     """The settings of the directory's recorder, once per worker: a worker warmed up
     (roar_airflow.plugins.roar) writes them before it forks its tasks, which then need
     not look (~0.1 ms of each task's path).  `again`: the directory was made anew."""
+    if str(directory) not in _SETTINGS_WRITTEN:
+        from roar_core.pipeline import tracer
+
+        shim = tracer.loaded()
+        if shim is not None:
+            # Airflow's files and roar's own (its database's WAL, the task log) are written
+            # on the task's thread through descriptors held open: the tracer need not look
+            # at them as each task begins and ends.  The tasks forked from here inherit it.
+            shim.quiet([directory, _config().home, *settings().internal])
     if again or str(directory) not in _SETTINGS_WRITTEN:
         from roar_core.recording import recorder
 
