@@ -145,6 +145,7 @@ def versions(io: TaskIO, hasher: Hasher, settle: bool = True,
             out.outputs[a.path] = Version(None, h.size, h.state, UNSTABLE)
         else:
             out.outputs[a.path] = _known(h)
+    _drop_unchanged(io, out, hasher)
     opened = _opened_versions(read, hashes, written, hasher)
     for a in read:
         (out.code if a.role == "code" else out.inputs)[a.path] = opened[a.path]
@@ -165,6 +166,25 @@ def as_left(capture: Capture, left: Mapping[str, list[int] | None]) -> Capture:
         if v.digest is not None and was.get(path) != v.state:
             capture.outputs[path] = Version(None, v.size, v.state, CHANGED_AFTER_END)
     return capture
+
+
+def _drop_unchanged(io: TaskIO, out: Capture, hasher: Hasher) -> None:
+    """A file written only in place (`touch`, a descriptor opened to update) that the task
+    left with the content it had before is no output: that content has its producer
+    already, which a new version by this task would hide.  Known only where the version
+    before has a digest on record (else it stays an output, as the task opened it to
+    write)."""
+    in_place = [a for a in io.outputs if a.pre_state is not None and a.obj is None
+                and out.outputs[a.path].digest is not None]
+    if not in_place or hasher.cache is None:
+        return
+    before = hasher.cache.get_many([a.pre_state for a in in_place])
+    same = {a.path for a, d in zip(in_place, before, strict=True)
+            if d == out.outputs[a.path].digest}
+    if same:
+        io.outputs = [a for a in io.outputs if a.path not in same]
+        for p in same:
+            del out.outputs[p]
 
 
 def _object_versions(io: TaskIO, out: Capture) -> None:

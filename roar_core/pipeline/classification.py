@@ -230,7 +230,7 @@ class TaskIO(Slotted):
 class _State:
     # One per file a task touches: no per-instance containers until one is needed.
     __slots__ = ("read_first", "existed", "created", "written", "removed", "directory",
-                 "baselines", "pre_state", "via", "first_ns", "moved_to")
+                 "baselines", "pre_state", "via", "first_ns", "moved_to", "replaced")
 
     def __init__(self, first_ns: int = 0) -> None:
         self.read_first = False
@@ -244,6 +244,9 @@ class _State:
         self.via: set[bytes] | None = None
         self.first_ns = first_ns
         self.moved_to: bytes | None = None  # renamed to (its last rename's new name)
+        # Its content made anew (created, truncated, renamed or linked onto), not only
+        # written in place through a descriptor opened on the version before.
+        self.replaced = False
 
 
 class _Resolver:
@@ -308,7 +311,7 @@ _MISSING = _State()
 def _arrived(s: _State) -> None:
     """A name renamed or linked onto: written, there at the end unless removed later;
     created there unless it was before."""
-    s.written, s.removed = True, False
+    s.written, s.removed, s.replaced = True, False, True
     if s.existed is None:
         s.existed = False
     s.created = s.created or not s.existed
@@ -434,7 +437,7 @@ class Classifier:
                     s.created = True
                 s.removed = False
                 if flags & O_TRUNC or not existed:
-                    s.written = True
+                    s.written = s.replaced = True
                 elif r.rflags & RF_STAT:
                     if s.baselines is None:
                         s.baselines = []
@@ -453,7 +456,7 @@ class Classifier:
                 # neither created nor removed; both were there, from before unless made.
                 for s in (state(r.path, r.mono_ns), state(r.path2, r.mono_ns)):
                     if s:
-                        s.written, s.removed = True, False
+                        s.written, s.removed, s.replaced = True, False, True
                         if s.existed is None:
                             s.existed = True
             elif op == OP_RENAME or op == OP_LINK:
@@ -474,7 +477,7 @@ class Classifier:
                 if s := state(r.path, r.mono_ns):
                     if s.existed is None:
                         s.existed = True
-                    s.written, s.removed = True, False
+                    s.written, s.removed, s.replaced = True, False, True
             elif op == OP_MKDIR or op == OP_RMDIR:
                 # A directory, even when it is gone by the end (a temp dir removed with
                 # shutil.rmtree, which opens it without O_DIRECTORY): never a file.
@@ -547,8 +550,11 @@ class Classifier:
                 io.inputs.append(FileAccess(path, name, "input", via, s.pre_state, s.first_ns,
                                             existed, final))
             if s.written and exists and not s.removed:
-                io.outputs.append(FileAccess(path, name, "output", via, None, s.first_ns,
-                                             existed, final))
+                # Written in place only: the version it was opened at, which the task may
+                # have left as it was (`touch`: timestamps only), and then made nothing.
+                io.outputs.append(FileAccess(path, name, "output", via,
+                                             None if s.replaced else s.pre_state,
+                                             s.first_ns, existed, final))
             elif not exists and (s.removed or s.written or s.created):
                 if s.existed and s.moved_to is not None and _is_dir(s.moved_to):
                     continue  # a directory renamed, none of its files touched: no file

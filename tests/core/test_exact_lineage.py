@@ -316,3 +316,24 @@ def test_a_tree_written_under_a_temporary_name_then_moved_into_place_is_the_outp
         "1": b3(b"w2")}
     assert "written by" in cli.ok("show", "ckpt/shard/1") and "save" in cli.ok(
         "show", "ckpt/shard/1")
+
+
+def test_a_touched_file_keeps_its_producer_and_an_edit_in_place_is_a_version(
+        cli: Cli) -> None:
+    """`touch` opens an existing file to write and changes only its timestamps: the bytes
+    are still the ones its producer left, so `touch` produced nothing (it was recorded as
+    their writer, which hid the run that made them).  A write in place that changes them
+    (`dd conv=notrunc`) makes a version, and a rewrite of the same bytes from scratch is
+    its run's too."""
+    target = str(cli.cwd / "f.txt")
+    maker = run(cli, "make", "printf 'made\\n' > f.txt", wait=True)
+    toucher = run(cli, "stamp", "touch f.txt", wait=True)
+    assert "output" not in accesses(cli, toucher)
+    shown = cli.ok("show", "f.txt")
+    assert "make" in shown and "stamp" not in shown, shown
+    upstream = json.loads(cli.ok("lineage", "f.txt", "--json"))
+    assert maker in json.dumps(upstream) and toucher not in json.dumps(upstream)
+    editor = run(cli, "patch", "printf M | dd of=f.txt conv=notrunc status=none", wait=True)
+    assert accesses(cli, editor)["output"] == {target: (b3(b"Made\n"), None)}
+    again = run(cli, "remake", "printf 'Made\\n' > f.txt", wait=True)
+    assert accesses(cli, again)["output"] == {target: (b3(b"Made\n"), None)}

@@ -183,6 +183,8 @@ static struct {
     char dir[QUIET_MAX][FD_PATH_LEN]; /* each ends with '/' */
 } quiet;
 
+EXPORT int roar_quiet_dir(const char *dir);
+
 /* cwd cache: two buffers and an index, so a reader never sees a half-written path
  * unless two chdir calls race with one read. */
 static struct {
@@ -1746,6 +1748,7 @@ __attribute__((constructor(101))) static void roar_init(void) {
     if (!dir || !*dir || strlen(dir) >= sizeof g.session_dir - 64) return;
     if (env_true(getenv("ROAR_TRACER_OFF"))) return;
     strcpy(g.session_dir, dir);
+    roar_quiet_dir(dir); /* roar's own: the task logs producers keep open there */
     g.pid = (uint32_t)syscall(SYS_getpid);
     g.ppid = (uint32_t)syscall(SYS_getppid);
     cwd_refresh();
