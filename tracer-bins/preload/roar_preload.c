@@ -730,8 +730,6 @@ static void open_after(int dirfd, const char *path, int flags, mode_t mode, int 
     LEAVE(saved);
 }
 
-/* Record the state of a writable fd that is about to be closed.  Called before the
- * real close so fstat still works. */
 static int fd_changed(const struct fd_state *fs, const struct stat *st) {
     return st->st_size != fs->size || ts_ns(st->st_mtim) != fs->mtime_ns ||
            ts_ns(st->st_ctim) != fs->ctime_ns;
@@ -739,6 +737,8 @@ static int fd_changed(const struct fd_state *fs, const struct stat *st) {
 
 static void close_emit(int fd, const struct stat *st, uint32_t rflags);
 
+/* Record the state of a writable fd that is about to be closed.  Called before the
+ * real close so fstat still works. */
 static void close_record(int fd) {
     if (fd < 0 || fd >= FD_STATE_MAX || !fd_states[fd].track) return;
     struct fd_state *fs = &fd_states[fd];
@@ -1899,7 +1899,10 @@ EXPORT int roar_task_end(void) {
 EXPORT int roar_quiet_dir(const char *dir) {
     size_t n = cstrlen(dir);
     while (n > 1 && dir[n - 1] == '/') n--;
-    if (!n || dir[0] != '/' || n + 2 > FD_PATH_LEN || quiet.n >= QUIET_MAX) return -1;
+    if (!n || dir[0] != '/' || n + 2 > FD_PATH_LEN) return -1;
+    for (int i = 0; i < quiet.n; i++) /* (set again: a worker's second configuration) */
+        if (quiet.len[i] == n + (n > 1) && !memcmp(quiet.dir[i], dir, n)) return 0;
+    if (quiet.n >= QUIET_MAX) return -1;
     memcpy(quiet.dir[quiet.n], dir, n);
     if (n > 1) quiet.dir[quiet.n][n++] = '/';
     quiet.len[quiet.n++] = (uint16_t)n;
