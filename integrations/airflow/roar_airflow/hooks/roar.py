@@ -360,10 +360,11 @@ def write_settings(directory: Path, again: bool = False) -> None:
 
         shim = tracer.loaded()
         if shim is not None:
-            # Airflow's files and roar's own (its database's WAL, the task log) are written
+            # Airflow's files and roar's home (Airflow's database's WAL, say) are written
             # on the task's thread through descriptors held open: the tracer need not look
             # at them as each task begins and ends.  The tasks forked from here inherit it.
-            shim.quiet([directory, _config().home, *settings().internal])
+            # (`directory`, with the task log, is the tracer's session: quiet already.)
+            shim.quiet([_config().home, *settings().internal])
     if again or str(directory) not in _SETTINGS_WRITTEN:
         from roar_core.recording import recorder
 
