@@ -511,32 +511,28 @@ class Classifier:
         if deferred and resolve.dirs_moved():
             return None
         code_paths = frozenset(code)
-        for path, s in self.states.items():
-            if s.directory or not keep.keep(path):
+        files = [(path, s) for path, s in self.states.items()
+                 if not s.directory and keep.keep(path)]
+        if deferred:  # the end's look at each file: what resolving it would have seen
+            stats = _lstat_all([path for path, _ in files])
+        else:
+            stats = [_looked(resolve.stats.get(path), path) for path, _ in files]
+        for (path, s), st in zip(files, stats):
+            # st: (mode, dev, ino, size, mtime_ns, ctime_ns), None where it is missing.
+            if st is None:
+                exists = False
+            elif deferred and stat.S_ISLNK(st[0]):
+                return None
+            elif stat.S_ISDIR(st[0]):
                 continue
-            if deferred:  # the end's look at the file: what resolving it would have seen
-                try:
-                    st = os.lstat(path)
-                except OSError:
-                    st = None
-                if st is not None and stat.S_ISLNK(st.st_mode):
-                    return None
             else:
-                st = resolve.stats.get(path)
-                if st is None:
-                    try:
-                        st = os.stat(path)
-                    except OSError:
-                        st = None
-            exists, is_dir = st is not None, st is not None and stat.S_ISDIR(st.st_mode)
-            if is_dir:
-                continue
+                exists = True
             if not s.written and s.baselines and st is not None:
-                now = (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                now = st[3:6]
                 s.written = any(b != now for b in s.baselines)
             via = sorted(display_name(v) for v in s.via if keep.keep(v)) if s.via else []
             name = display_name(path)
-            final = FileState.of(st) if st is not None and stat.S_ISREG(st.st_mode) else None
+            final = FileState(*st[1:]) if st is not None and stat.S_ISREG(st[0]) else None
 
             existed = bool(s.existed)
             is_input = s.read_first and s.existed is not False
@@ -571,6 +567,44 @@ class Classifier:
         if io.commands:
             io.unseen = objects.unseen_clients(io.commands)
         return io
+
+
+# Files at a task's end past which their lstat is one call into the batch hasher's library,
+# with the GIL released and split over threads (5,000 files on tmpfs: 28 -> 13 ms); fewer
+# are not worth loading it.
+_NATIVE_LSTAT_MIN = 64
+
+
+def _lstat_all(paths: list[bytes]) -> list[tuple[int, ...] | None]:
+    """Each path's lstat as (mode, dev, ino, size, mtime_ns, ctime_ns), None where it
+    failed."""
+    if len(paths) >= _NATIVE_LSTAT_MIN:
+        from roar_core.pipeline import nativehash
+
+        native = nativehash.load()
+        if native is not None:
+            return [None if r[0] else r[1:] for r in native.lstat(paths)]
+    out: list[tuple[int, ...] | None] = []
+    for path in paths:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            out.append(None)
+            continue
+        out.append((st.st_mode, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
+                    st.st_ctime_ns))
+    return out
+
+
+def _looked(st: os.stat_result | None, path: bytes) -> tuple[int, ...] | None:
+    """The file's stat (following a symlink) as `_lstat_all` gives it: the one taken as
+    its path was resolved, else one now."""
+    if st is None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+    return (st.st_mode, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 _ROLE_LISTS = {"input": "inputs", "output": "outputs", "deleted": "deleted",

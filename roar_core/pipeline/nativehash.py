@@ -2,7 +2,7 @@
 
 It hashes a list of small files in one call with the GIL released, one attempt per file;
 `roar_core.pipeline.hashing` decides from each result whether the file stayed put and redoes the
-rest itself.  Optional: where the package was built without cargo, `load()` is None and
+rest itself.  It also lstats a task's files at its end (`Classifier.finish`) in one call.  Optional: where the package was built without cargo, `load()` is None and
 hashing stays in Python.
 """
 
@@ -19,7 +19,9 @@ if TYPE_CHECKING:
     from typing import Any
 
 LIB_NAME = "libroar_hashbatch.so"
-ABI = 2
+ABI = 3
+# struct StatOut: (errno, mode, dev, ino, size, mtime_ns, ctime_ns).
+_STAT = struct.Struct("<iIQQqqq")
 # struct HashOut in tracer-bins/hashbatch/src/lib.rs, unpacked as (status, errno, nbytes,
 # read_at_ns, dev, ino, size, mtime_ns, ctime_ns, hex digest).
 _OUT = struct.Struct("<iiQqQQqqq64s")
@@ -44,6 +46,9 @@ class BatchHasher:
         self._exited.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int64,
                                  ctypes.c_void_p]
         self._exited.restype = None
+        self._lstat = lib.roar_lstat_files
+        self._lstat.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_void_p]
+        self._lstat.restype = None
 
     def hash(self, paths: Sequence[bytes], sizes: Sequence[int]) -> list[tuple[Any, ...]]:
         """One HashOut tuple per path (fields: see _OUT above).  Paths are bytes
@@ -68,6 +73,16 @@ class BatchHasher:
         out = self._ctypes.create_string_buffer(_OUT.size * n)
         self._exited(b"\0".join(paths) + b"\0", n, max_size, out)
         return list(_OUT.iter_unpack(out.raw))
+
+    def lstat(self, paths: Sequence[bytes]) -> list[tuple[int, ...]]:
+        """One (errno, mode, dev, ino, size, mtime_ns, ctime_ns) per path, as lstat(2)
+        gave it (errno 0: it succeeded), in one call with the GIL released."""
+        n = len(paths)
+        if not n:
+            return []
+        out = self._ctypes.create_string_buffer(_STAT.size * n)
+        self._lstat(b"\0".join(paths) + b"\0", n, out)
+        return list(_STAT.iter_unpack(out.raw))
 
 
 @functools.lru_cache(maxsize=1)

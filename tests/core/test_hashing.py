@@ -571,6 +571,41 @@ def test_native_batch_gives_the_python_results(tmp_path: Path, native_batch, mon
     assert all(got[p].digest == blake3_file(p) for p in files)
 
 
+def test_native_lstat_gives_what_os_lstat_gives(tmp_path: Path, native_batch) -> None:
+    # A task's end looks at each of its files with one call into the library: the same
+    # fields os.lstat gives, and a failure (missing, not a directory) where it fails.
+    from roar_core.pipeline.classification import _NATIVE_LSTAT_MIN, _lstat_all
+
+    root = os.fsencode(str(tmp_path))
+    write(tmp_path / "plain", b"abc")
+    Path(os.fsdecode(root + b"/caf\xe9")).write_bytes(b"latin-1 name")
+    os.symlink(tmp_path / "plain", tmp_path / "link")
+    os.symlink(tmp_path / "gone", tmp_path / "dangling")
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "dir").mkdir()
+    names = [b"plain", b"caf\xe9", b"link", b"dangling", b"fifo", b"dir", b"missing",
+             b"plain/under-a-file"]
+    # Enough to be split over threads (1,024 a thread): each answer in its path's place.
+    paths = [root + b"/" + n for n in names] * 300
+    assert len(paths) > 2 * 1024 and len(paths) > _NATIVE_LSTAT_MIN
+    got = [None if r[0] else r[1:] for r in native_batch.lstat(paths)]
+    want = []
+    for p in paths:
+        try:
+            st = os.lstat(p)
+        except OSError:
+            want.append(None)
+            continue
+        want.append((st.st_mode, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
+                     st.st_ctime_ns))
+    assert got == want
+    assert [st is None for st in want[:len(names)]] == [False] * 6 + [True] * 2
+    assert _lstat_all(paths) == want  # through the library: enough paths for it
+    assert _lstat_all(paths[:len(names)]) == want[:len(names)]  # os.lstat: too few
+    errnos = [r[0] for r in native_batch.lstat(paths[:len(names)])]
+    assert errnos[-2:] == [errno.ENOENT, errno.ENOTDIR]
+
+
 def test_native_batch_redoes_a_file_changed_since_its_known_stat(
     tmp_path: Path, native_batch, monkeypatch
 ) -> None:

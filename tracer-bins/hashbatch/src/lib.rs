@@ -9,8 +9,8 @@
 use std::ffi::CStr;
 use std::os::raw::c_char;
 
-/// Bumped whenever `HashOut` or the entry point changes; the Python side checks it.
-const ABI: u32 = 2;
+/// Bumped whenever `HashOut`, `StatOut` or an entry point changes; the Python side checks it.
+const ABI: u32 = 3;
 
 #[repr(C)]
 pub struct HashOut {
@@ -198,6 +198,75 @@ pub unsafe extern "C" fn roar_hash_files_exited(
     out: *mut HashOut,
 ) {
     hash_each(paths, n, out, |_| (0, Some(max_size)));
+}
+
+/// One path's lstat for `roar_lstat_files`: `errno` 0 where it succeeded.
+#[repr(C)]
+pub struct StatOut {
+    pub errno: i32,
+    pub mode: u32,
+    pub dev: u64,
+    pub ino: u64,
+    pub size: i64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+}
+
+fn lstat_one(path: &CStr, o: &mut StatOut) {
+    let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
+    if unsafe { libc::lstat64(path.as_ptr(), &mut st) } != 0 {
+        *o = StatOut { errno: errno(), mode: 0, dev: 0, ino: 0, size: 0, mtime_ns: 0,
+                       ctime_ns: 0 };
+        return;
+    }
+    *o = StatOut {
+        errno: 0,
+        mode: st.st_mode,
+        dev: st.st_dev,
+        ino: st.st_ino,
+        size: st.st_size,
+        mtime_ns: st.st_mtime * 1_000_000_000 + st.st_mtime_nsec,
+        ctime_ns: st.st_ctime * 1_000_000_000 + st.st_ctime_nsec,
+    };
+}
+
+/// Paths per thread below which `roar_lstat_files` stays on the caller's thread.
+const LSTAT_PER_THREAD: usize = 1024;
+
+/// lstat of `n` paths (NUL-terminated, back to back), one `StatOut` each: a task's end
+/// looks at every file it touched, and from Python each look cost an object with twenty
+/// fields beside the syscall.  Many paths are split over the CPUs (at most 4 threads).
+///
+/// # Safety
+/// `paths` holds `n` NUL-terminated strings back to back; `out` has `n` entries.
+#[no_mangle]
+pub unsafe extern "C" fn roar_lstat_files(paths: *const c_char, n: usize, out: *mut StatOut) {
+    let mut names = Vec::with_capacity(n);
+    let mut p = paths;
+    for _ in 0..n {
+        let path = CStr::from_ptr(p);
+        p = p.add(path.to_bytes().len() + 1);
+        names.push(path);
+    }
+    let outs = std::slice::from_raw_parts_mut(out, n);
+    let cpus = std::thread::available_parallelism().map_or(1, |c| c.get()).min(4);
+    let threads = (n / LSTAT_PER_THREAD).clamp(1, cpus);
+    if threads == 1 {
+        for (path, o) in names.iter().zip(outs.iter_mut()) {
+            lstat_one(path, o);
+        }
+        return;
+    }
+    let chunk = n.div_ceil(threads);
+    std::thread::scope(|scope| {
+        for (ns, os) in names.chunks(chunk).zip(outs.chunks_mut(chunk)) {
+            scope.spawn(move || {
+                for (path, o) in ns.iter().zip(os.iter_mut()) {
+                    lstat_one(path, o);
+                }
+            });
+        }
+    });
 }
 
 #[no_mangle]
