@@ -517,7 +517,7 @@ class Classifier:
             stats = _lstat_all([path for path, _ in files])
         else:
             stats = [_looked(resolve.stats.get(path), path) for path, _ in files]
-        for (path, s), st in zip(files, stats):
+        for (path, s), st in zip(files, stats, strict=True):
             # st: (mode, dev, ino, size, mtime_ns, ctime_ns), None where it is missing.
             if st is None:
                 exists = False

@@ -2,8 +2,9 @@
 
 It hashes a list of small files in one call with the GIL released, one attempt per file;
 `roar_core.pipeline.hashing` decides from each result whether the file stayed put and redoes the
-rest itself.  It also lstats a task's files at its end (`Classifier.finish`) in one call.  Optional: where the package was built without cargo, `load()` is None and
-hashing stays in Python.
+rest itself.  It also lstats a task's files at its end (`Classifier.finish`) in one call.
+Optional: where the package was built without cargo, `load()` is None and hashing stays in
+Python.
 """
 
 from __future__ import annotations
