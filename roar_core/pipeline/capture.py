@@ -361,10 +361,10 @@ class WhileRunning:
 
     def classified(self, records: list[Record]) -> TaskIO:
         """The command's files as it left them, from all its `records` (time-ordered)."""
-        keep = self.tools()[0]
+        keep, hasher = self.tools()
         c = self._classifier
         if c is not None and self._fed == len(records):
-            io = c.finish(keep)
+            io = c.finish(keep, native=hasher.native)
             if io is not None:
                 return io
         return classify(records, keep)

@@ -505,7 +505,11 @@ class Classifier:
                 _left(s)
         return True
 
-    def finish(self, keep: PathFilter, code: Iterable[bytes] = ()) -> TaskIO | None:
+    def finish(self, keep: PathFilter, code: Iterable[bytes] = (), *,
+               native: bool = True) -> TaskIO | None:
+        """The task's files as the end finds them (deferred: None where a path it met
+        became a symlink).  `native`: the batch hasher's library may look at them
+        (`native_hash`)."""
         resolve, io = self.resolve, self.io
         deferred = resolve.deferred
         if deferred and resolve.dirs_moved():
@@ -514,7 +518,7 @@ class Classifier:
         files = [(path, s) for path, s in self.states.items()
                  if not s.directory and keep.keep(path)]
         if deferred:  # the end's look at each file: what resolving it would have seen
-            stats = _lstat_all([path for path, _ in files])
+            stats = _lstat_all([path for path, _ in files], native)
         else:
             stats = [_looked(resolve.stats.get(path), path) for path, _ in files]
         for (path, s), st in zip(files, stats, strict=True):
@@ -575,10 +579,10 @@ class Classifier:
 _NATIVE_LSTAT_MIN = 64
 
 
-def _lstat_all(paths: list[bytes]) -> list[tuple[int, ...] | None]:
+def _lstat_all(paths: list[bytes], native: bool = True) -> list[tuple[int, ...] | None]:
     """Each path's lstat as (mode, dev, ino, size, mtime_ns, ctime_ns), None where it
     failed."""
-    if len(paths) >= _NATIVE_LSTAT_MIN:
+    if native and len(paths) >= _NATIVE_LSTAT_MIN:
         from roar_core.pipeline import nativehash
 
         native = nativehash.load()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from roar_core.pipeline import classification, tracelog, tracer
+from roar_core.pipeline import classification, nativehash, tracelog, tracer
 from roar_core.pipeline.attribution import attribute
 from roar_core.pipeline.classification import Classifier, PathFilter, TaskIO, classify
 
@@ -40,25 +40,31 @@ def traced_io(tmp_path: Path, script: str, keep: PathFilter | None = None,
     # few records at a time: the same classification, or None where a path it met is a
     # symlink (the one-batch form is used then).
     # Its end looks at every file through the batch hasher's library when it has many:
-    # each case through both that and os.lstat.
-    for native_min in (0, 1 << 60):
+    # each case through both that and os.lstat, and with native_hash off (never the
+    # library, however many files).
+    for native_min, native in ((0, True), (1 << 60, True), (0, False)):
         fed = Classifier(deferred=True)
         for i in range(0, len(records), 3):
             fed.feed(records[i : i + 3])
-        with _native_lstat_from(native_min):
-            stepwise = fed.finish(keep)
+        with _native_lstat_from(native_min, allowed=native):
+            stepwise = fed.finish(keep, native=native)
         assert stepwise == io or (stepwise is None and _symlink_met(records))
     return io, work
 
 
 @contextlib.contextmanager
-def _native_lstat_from(n: int):
-    saved = classification._NATIVE_LSTAT_MIN
+def _native_lstat_from(n: int, allowed: bool = True):
+    saved = classification._NATIVE_LSTAT_MIN, nativehash.BatchHasher.lstat
     classification._NATIVE_LSTAT_MIN = n
+    if not allowed:
+        def refused(self, paths):
+            raise AssertionError("the native lstat with native_hash off")
+
+        nativehash.BatchHasher.lstat = refused
     try:
         yield
     finally:
-        classification._NATIVE_LSTAT_MIN = saved
+        classification._NATIVE_LSTAT_MIN, nativehash.BatchHasher.lstat = saved
 
 
 def _symlink_met(records) -> bool:
