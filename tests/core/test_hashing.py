@@ -601,6 +601,62 @@ def test_native_lstat_gives_what_os_lstat_gives(tmp_path: Path, native_batch) ->
     assert errnos[-2:] == [errno.ENOENT, errno.ENOTDIR]
 
 
+# Run without a thread to spare (RLIMIT_NPROC 1): only the library and ctypes, so that an
+# unprivileged user's system Python can run it.
+_NO_THREADS_CHILD = """
+import ctypes, os, struct, sys, threading
+try:
+    threading.Thread(target=lambda: None).start()
+    sys.exit(3)  # a thread could be made: the limit did not hold
+except RuntimeError:
+    pass
+lib = ctypes.CDLL(sys.argv[1])
+paths = [os.fsencode(os.path.join(sys.argv[2], f"f{i}")) for i in range(int(sys.argv[3]))]
+out = ctypes.create_string_buffer(48 * len(paths))
+lib.roar_lstat_files(b"\\0".join(paths) + b"\\0", ctypes.c_size_t(len(paths)), out)
+got = [(r[0], r[3]) for r in struct.iter_unpack("<iIQQqqq", out.raw)]
+sys.exit(0 if got == [(0, os.lstat(p).st_ino) for p in paths] else 4)
+"""
+
+
+def test_native_lstat_where_no_thread_can_be_made(native_batch) -> None:
+    # Many paths are split over threads.  Where none can be made (a job's pids limit), the
+    # caller's thread does them all: a failed spawn must not abort the process, which would
+    # make `roar-core run` exit with SIGABRT's code instead of its command's (it did).
+    import tempfile
+
+    from roar_core.pipeline import nativehash
+
+    prlimit = shutil.which("prlimit")
+    if prlimit is None:
+        pytest.skip("no prlimit (util-linux)")
+    d = Path(tempfile.mkdtemp(prefix="roar-nproc-"))  # readable by the unprivileged user
+    try:
+        d.chmod(0o755)
+        files = d / "files"
+        files.mkdir()
+        n = 3 * 1024
+        for i in range(n):
+            (files / f"f{i}").write_bytes(b"x")
+        lib = d / "lib.so"
+        shutil.copyfile(nativehash.library_path(), lib)
+        lib.chmod(0o755)
+        child = d / "child.py"
+        child.write_text(_NO_THREADS_CHILD)
+        child.chmod(0o644)
+        cmd = [prlimit, "--nproc=1", sys.executable, str(child), str(lib), str(files), str(n)]
+        if os.geteuid() == 0:  # root's own processes are not limited: nobody's are
+            setpriv, python = shutil.which("setpriv"), "/usr/bin/python3"
+            if setpriv is None or not os.access(python, os.X_OK):
+                pytest.skip("root: no setpriv or /usr/bin/python3 to run as nobody")
+            cmd = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups",
+                   prlimit, "--nproc=1", python, *cmd[3:]]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, (p.returncode, p.stderr[-2000:])
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def test_native_batch_redoes_a_file_changed_since_its_known_stat(
     tmp_path: Path, native_batch, monkeypatch
 ) -> None:

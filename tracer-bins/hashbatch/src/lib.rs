@@ -8,6 +8,7 @@
 
 use std::ffi::CStr;
 use std::os::raw::c_char;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Bumped whenever `HashOut`, `StatOut` or an entry point changes; the Python side checks it.
 const ABI: u32 = 3;
@@ -232,10 +233,13 @@ fn lstat_one(path: &CStr, o: &mut StatOut) {
 
 /// Paths per thread below which `roar_lstat_files` stays on the caller's thread.
 const LSTAT_PER_THREAD: usize = 1024;
+/// Paths a thread takes at a time from those left.
+const LSTAT_BLOCK: usize = 64;
 
 /// lstat of `n` paths (NUL-terminated, back to back), one `StatOut` each: a task's end
 /// looks at every file it touched, and from Python each look cost an object with twenty
-/// fields beside the syscall.  Many paths are split over the CPUs (at most 4 threads).
+/// fields beside the syscall.  Many paths are shared by up to 4 threads, the caller's one
+/// of them.
 ///
 /// # Safety
 /// `paths` holds `n` NUL-terminated strings back to back; `out` has `n` entries.
@@ -248,24 +252,29 @@ pub unsafe extern "C" fn roar_lstat_files(paths: *const c_char, n: usize, out: *
         p = p.add(path.to_bytes().len() + 1);
         names.push(path);
     }
-    let outs = std::slice::from_raw_parts_mut(out, n);
     let cpus = std::thread::available_parallelism().map_or(1, |c| c.get()).min(4);
     let threads = (n / LSTAT_PER_THREAD).clamp(1, cpus);
-    if threads == 1 {
-        for (path, o) in names.iter().zip(outs.iter_mut()) {
-            lstat_one(path, o);
+    let next = AtomicUsize::new(0);
+    let out_at = out as usize; // each entry is written by the one thread that took its block
+    let work = || loop {
+        let start = next.fetch_add(LSTAT_BLOCK, Ordering::Relaxed);
+        if start >= n {
+            break;
         }
-        return;
-    }
-    let chunk = n.div_ceil(threads);
+        for (i, path) in names.iter().enumerate().take(n.min(start + LSTAT_BLOCK)).skip(start) {
+            lstat_one(path, &mut *(out_at as *mut StatOut).add(i));
+        }
+    };
     std::thread::scope(|scope| {
-        for (ns, os) in names.chunks(chunk).zip(outs.chunks_mut(chunk)) {
-            scope.spawn(move || {
-                for (path, o) in ns.iter().zip(os.iter_mut()) {
-                    lstat_one(path, o);
-                }
-            });
+        for _ in 1..threads {
+            // A thread that cannot be made (a pids limit) is no error, and never a panic,
+            // which would abort the caller (`roar-core run` must exit with its command's
+            // code): the threads made, the caller's included, take every block.
+            if std::thread::Builder::new().spawn_scoped(scope, &work).is_err() {
+                break;
+            }
         }
+        work();
     });
 }
 
