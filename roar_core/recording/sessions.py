@@ -594,12 +594,13 @@ def run_traced(argv: list[str], session_dir: str | os.PathLike | None, tag: str 
         tailer = threading.Thread(target=_tail, args=(tail, stop, running, 0.0 if main
                                                       else TAIL_INTERVAL),
                                   name="roar-tail", daemon=True)
+    start_tail = None if tailer is None else lambda: _start_tail(tailer)
     try:
         if not main:
-            if tailer is not None:
-                tailer.start()
+            if start_tail is not None:
+                start_tail()
             return proc.wait()
-        return _wait_forwarding(proc, tailer.start if tailer is not None else None)
+        return _wait_forwarding(proc, start_tail)
     finally:
         stop.set()
         if tailer is not None and tailer.ident is not None:  # (started)
@@ -607,6 +608,17 @@ def run_traced(argv: list[str], session_dir: str | os.PathLike | None, tag: str 
         if old_mask is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
         relay.restore()
+
+
+def _start_tail(tailer: threading.Thread) -> None:
+    """Start the tail thread, or go on without it where no thread can be made (a process
+    limit: threads count as processes): the logs are then read whole at the end, the same
+    lineage a little later.  Its RuntimeError left the command running with nobody
+    waiting for it, and the run exited 1 instead of with the command's code."""
+    try:
+        tailer.start()
+    except RuntimeError:
+        pass
 
 
 # Between reads of a running command's logs: long enough that a quiet command costs

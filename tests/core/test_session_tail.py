@@ -5,6 +5,7 @@ command's whole trace."""
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,33 @@ def test_logs_are_read_while_the_command_runs(tmp_path: Path) -> None:
     assert rc == 0
     # out.txt's records were read during the half-second sleep, before the command ended.
     assert any(n > 0 for n in watched.held), watched.held
+    watched.collect(settle=True)
+    names = {os.path.basename(r.path) for r in watched.take_all().records}
+    assert {b"out.txt", b"late.txt"} <= names
+
+
+def test_no_thread_for_the_tail_leaves_the_command_waited_for(tmp_path: Path,
+                                                            monkeypatch) -> None:
+    # Under a process limit (threads count as processes) the tail thread may not start:
+    # the logs are read whole at the end, and the command is still waited for and its
+    # exit code returned (the RuntimeError left it running, and the run exited 1).
+    _usable()
+    session = tmp_path / "s"
+    session.mkdir()
+    start = threading.Thread.start
+
+    def refused(self):
+        if self.name == "roar-tail":
+            raise RuntimeError("can't start new thread")
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", refused)
+    watched = _Watched(session)
+    rc = run_traced(["sh", "-c", "echo x > out.txt; sleep 0.3; echo y > late.txt; exit 7"],
+                    session, "T", cwd=tmp_path, tail=watched)
+    assert rc == 7
+    assert (tmp_path / "late.txt").read_text() == "y\n"  # it ran to its end
+    assert watched.held == []  # nothing read while it ran
     watched.collect(settle=True)
     names = {os.path.basename(r.path) for r in watched.take_all().records}
     assert {b"out.txt", b"late.txt"} <= names
