@@ -143,7 +143,8 @@ def test_events_the_spool_refuses_are_kept_and_the_task_is_stored_once(
 # A recorder whose syncs of spool segments fail as a disk's write errors do: the kernel
 # reports EIO once and drops the pages it could not write (here: the segment is cut back
 # to what the last good sync covered), and a later fdatasync of that file succeeds.  The
-# first one fails, or all of them while the file argv[1] names exists.
+# first one fails, or all of them while the file argv[1] names exists (each failure then
+# appends a line to argv[1] + ".failed", for the test to wait on).
 SYNC_FAILS = """
 import errno, os, sys
 from roar_core.recording import recorder
@@ -154,6 +155,9 @@ def fdatasync(fd):
             os.path.exists(sys.argv[1]) if sys.argv[1] else not failed):
         failed.append(path)
         os.ftruncate(fd, synced.get(path, 0))
+        if sys.argv[1]:
+            with open(sys.argv[1] + ".failed", "a") as f:
+                f.write(path + "\\n")
         raise OSError(errno.EIO, os.strerror(errno.EIO))
     real(fd)
     synced[path] = os.fstat(fd).st_size
@@ -186,7 +190,11 @@ def test_events_a_failed_spool_sync_may_have_lost_are_written_again(
                                cwd=cli.cwd, env=env, stderr=subprocess.PIPE)
         try:
             if failing != "once":
-                time.sleep(2.5)  # its first sync, and a second one 1 s later, failed
+                # Its first sync, and a second one 1 s later, failed.  (A fixed 2.5 s was
+                # too short on a loaded machine: the recorder had stored the task, and its
+                # first sync came after the disk was back.)
+                failed = Path(f"{broken}.failed")
+                _until(lambda: failed.exists() and len(failed.read_text().splitlines()) >= 2)
                 assert rec.poll() is None
                 # Stored, not marked: its task log holds it until its events are synced.
                 ((_, held),) = runner.pending(cfg)
