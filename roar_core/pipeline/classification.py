@@ -585,18 +585,15 @@ def _lstat_all(paths: list[bytes], native: bool = True) -> list[tuple[int, ...] 
     if native and len(paths) >= _NATIVE_LSTAT_MIN:
         from roar_core.pipeline import nativehash
 
-        native = nativehash.load()
-        if native is not None:
-            return [None if r[0] else r[1:] for r in native.lstat(paths)]
+        lib = nativehash.load()
+        if lib is not None:
+            return [None if r[0] else r[1:] for r in lib.lstat(paths)]
     out: list[tuple[int, ...] | None] = []
     for path in paths:
         try:
-            st = os.lstat(path)
+            out.append(_fields(os.lstat(path)))
         except OSError:
             out.append(None)
-            continue
-        out.append((st.st_mode, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
-                    st.st_ctime_ns))
     return out
 
 
@@ -608,6 +605,11 @@ def _looked(st: os.stat_result | None, path: bytes) -> tuple[int, ...] | None:
             st = os.stat(path)
         except OSError:
             return None
+    return _fields(st)
+
+
+def _fields(st: os.stat_result) -> tuple[int, ...]:
+    """(mode, dev, ino, size, mtime_ns, ctime_ns): the native lstat's fields."""
     return (st.st_mode, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
