@@ -64,3 +64,34 @@ def test_runs_name_their_machine_and_environment(tmp_path) -> None:
     assert env["packageCount"] == len(packages)
     assert env["python"] == sys.version.split()[0]
     assert "packages" not in env  # the list stays in the store
+
+
+def test_package_names_are_read_as_importlib_metadata_reads_them(tmp_path) -> None:
+    """roar reads only a metadata file's headers; what it names must be what
+    importlib.metadata's own (email) parser names, on the files pip leaves and on odd ones."""
+    from roar_core.pipeline import provenance
+
+    files = {
+        # A long description whose body holds header-like lines.
+        "plain-1.0.dist-info/METADATA":
+            "Metadata-Version: 2.1\nName: Plain_Pkg\nVersion: 1.0\nSummary: x\n\n"
+            + "Name: not-this\nVersion: 9\n" * 500,
+        "crlf-2.0.dist-info/METADATA":
+            "Metadata-Version: 2.1\r\nname:crlf\r\nVERSION:  2.0  \r\n\r\nName: b",
+        "folded-3.dist-info/METADATA": "Name: folded\nSummary: a\n  more\nVersion: 3\n",
+        "twice-4.dist-info/METADATA": "Name: first\nName: second\nVersion: 4\nVersion: 5\n",
+        "after-5.dist-info/METADATA": "Summary: s\nnot a header\nName: after\nVersion: 5\n",
+        "envelope-6.dist-info/METADATA": "From x\nName: envelope\nVersion: 6\n",
+        "noname-7.dist-info/METADATA": "Version: 7\n",
+        "old_egg-8.egg-info/PKG-INFO": "Metadata-Version: 1.0\nName: old-egg\nVersion: 8\n",
+        "tab-9.dist-info/METADATA": "Name:\tTabbed\nVersion: 9\nX:\n\tfolded\n",
+    }
+    for rel, text in files.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(text.encode())
+    truth = sorted({f"{d.metadata['Name']}=={d.version}"
+                    for d in metadata.distributions(path=[str(tmp_path)])
+                    if d.metadata["Name"]}, key=str.lower)
+    assert len(truth) == len(files) - 2  # noname's; after's ("not a header" ends them)
+    assert provenance.installed([str(tmp_path)]) == truth
