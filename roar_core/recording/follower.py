@@ -198,6 +198,8 @@ class Follower:
         self._unsynced: dict[str, _Followed] = {}
         self._urgent = False  # a producer waits for a task of this window
         self._workflow_rows: set[str] = set()  # workflow runs known to be in the store
+        # Workflow runs whose start the store refused -> when to try again.
+        self._refused_starts: dict[str, float] = {}
         # The tracer logs, listed once a pass and their headers read once, for all the
         # producers' collectors.
         self._listing = LogListing(self.directory)
@@ -724,7 +726,7 @@ class Follower:
             engine = emission.Engine(**run["engine_version"]) if run.get(
                 "engine_version") else None
             if starting:
-                if not w.started:
+                if not w.started and time.monotonic() >= self._refused_starts.get(run_id, 0):
                     ref = emission.RunRef(run["namespace"], run["job_name"], run_id)
                     start = functools.partial(
                         self.roar.workflow_started, ref, run["engine"], run.get("facets"),
@@ -735,18 +737,28 @@ class Follower:
                         left = start(hold=bool(self._unspooled),
                                      stored=run.get("started") == "stored")
                     except Exception as e:
-                        if self.roar.store.workflow_run(run_id) is None:
-                            log.error("roar: workflow run %s (%s) not started: %s",
-                                      run["job_name"], run_id, e)
-                        else:  # stored by a recorder that died before marking it
-                            left = self._start_again(
-                                run_id, f"workflow run {run['job_name']} ({run_id})",
-                                functools.partial(start, stored=True,
-                                                  hold=bool(self._unspooled)))
+                        try:
+                            stored = self.roar.store.workflow_run(run_id) is not None
+                        except StoreError:
+                            stored = False
+                        if not stored:
+                            # Not stored (a full disk, a database down): tried again later;
+                            # its tasks and its end wait for it (`_ensure_workflow`).
+                            if run_id not in self._refused_starts:
+                                log.warning("roar: workflow run %s (%s) not started yet "
+                                            "(tried again): %s", run["job_name"], run_id, e)
+                            self._refused_starts[run_id] = time.monotonic() + RETRY_S
+                            continue
+                        # Stored by a recorder that died before marking it.
+                        left = self._start_again(
+                            run_id, f"workflow run {run['job_name']} ({run_id})",
+                            functools.partial(start, stored=True,
+                                              hold=bool(self._unspooled)))
+                    self._refused_starts.pop(run_id, None)
                     w.started = True
                     self._mark_spooled(f, None, {"ws": run_id}, left)
                 continue
-            if w.ended is None and not f.dead:
+            if (w.ended is None and not f.dead) or not w.started:
                 continue
             if any(not e.recorded for e in f.tasklog.entries.values()
                    if e.meta.workflow and e.meta.workflow.run_id == run_id):
@@ -780,6 +792,8 @@ class Follower:
         ref = meta.workflow
         if ref is None or ref.run_id in self._workflow_rows:
             return
+        if ref.run_id in self._refused_starts:  # not a row of its own: its start, later
+            raise StoreError(f"its workflow run {ref.run_id} is not started yet")
         from roar_core.pipeline.store import WorkflowRun
         from roar_core.pipeline.writer import now
 
@@ -801,11 +815,18 @@ class Follower:
             self._ensure_workflow(entry.meta)
             left = self.roar.writer.started(entry.meta, hold=bool(self._unspooled))
         except Exception as e:
-            if self.roar.store.task_run(entry.meta.run_id) is None:
-                log.error("roar: START of task %s (%s) lost: %s", entry.meta.job_name,
-                          entry.meta.run_id, e)
-            else:  # stored by a recorder that died before marking it
-                left = self._task_start_again(entry)
+            try:
+                stored = self.roar.store.task_run(entry.meta.run_id) is not None
+            except StoreError:
+                stored = False  # (then its end, recorded with it, finds out)
+            if not stored:
+                # Not stored (a full disk): it goes in with the task's end, once the store
+                # takes rows again.  Marked started, the end would be recorded without its
+                # row, and refused ("unknown task run") on every try.
+                log.warning("roar: START of task %s (%s) not recorded, kept for its end: %s",
+                            entry.meta.job_name, entry.meta.run_id, e)
+                return
+            left = self._task_start_again(entry)  # stored by a recorder that died before
         entry.started = True
         # Marked once spooled: a recorder that dies with it kept leaves it unmarked, to
         # the next one (its end's events follow it).

@@ -31,6 +31,7 @@ from roar_core.recording import follower as following
 from roar_core.recording import recorder, tasklog
 from tests.core.test_cli import make_cli
 from tests.core.test_recorder_kills import left_pending
+from tests.core.test_recording_contract import Producer
 from tests.core.test_spool import Endpoint
 from tests.core.test_store import _in_database_file
 from tests.olschema import validate_event
@@ -247,6 +248,125 @@ def test_events_a_failed_spool_sync_may_have_lost_are_written_again(
         assert said[2] == "the OpenLineage spool is synced again"
     else:
         assert len(said) == 1, said
+
+
+# A recorder whose store takes no task rows while the file argv[1] names exists, as a full
+# disk refuses them (each refusal appends a line to argv[1] + ".failed"); a task that could
+# not be recorded is tried again after 0.3 s, not 5.
+STORE_FULL = """
+import os, sys
+from roar_core.pipeline.store import Store, StoreError
+from roar_core.recording import follower, recorder
+follower.RETRY_S = 0.3
+def full(real):
+    def write(self, run, *args, **kwargs):
+        if os.path.exists(sys.argv[1]):
+            with open(sys.argv[1] + ".failed", "a") as f:
+                f.write(real.__name__ + "\\n")
+            raise StoreError(f"cannot record in {self._where}: database or disk is full")
+        return real(self, run, *args, **kwargs)
+    return write
+for name in ("start_task_run", "finish_task_run", "start_workflow_run", "finish_workflow_run"):
+    setattr(Store, name, full(getattr(Store, name)))
+sys.exit(recorder.main(sys.argv[2:]))
+"""
+
+
+def test_a_task_whose_start_the_store_refused_is_recorded_once_it_takes_rows(
+        tmp_path: Path) -> None:
+    # The store refused the task's end (with its start), then its START alone.  The START
+    # was marked done all the same: every later try recorded the end without the task's
+    # row, "unknown task run", long after the disk had room again.  The task was never
+    # recorded.
+    cli, cfg = left_pending(tmp_path)
+    full = tmp_path / "disk-full"
+    full.touch()
+    rec = subprocess.Popen([sys.executable, "-c", STORE_FULL, str(full),
+                            str(cfg.sessions_dir)],
+                           cwd=cli.cwd, env=cli.env, stderr=subprocess.PIPE)
+    try:
+        refused = Path(f"{full}.failed")
+        # Its end (with its start), its START alone, and its end tried again.
+        _until(lambda: refused.exists() and len(refused.read_text().splitlines()) >= 3)
+        assert "start_task_run" in refused.read_text().splitlines()
+        assert rec.poll() is None
+        assert len(runner.pending(cfg)) == 1  # kept
+        full.unlink()
+        _until(lambda: runner.pending(cfg) == [] or rec.poll() is not None)
+        assert rec.poll() is None
+    finally:
+        rec.kill()
+        _, err = rec.communicate(timeout=30)
+    assert b"Traceback" not in err and b"unknown task run" not in err, err.decode()
+    home = Path(cli.env["ROAR_HOME"])
+    ((run_id, status),), accesses = _rows(home)
+    assert status == "COMPLETE" and accesses == {run_id: 2}  # stored once
+    assert cli.ok("flush").endswith("pending 0\n")
+    mine = [json.loads(line) for line in
+            (home / "openlineage" / "events.jsonl").read_text().splitlines()]
+    for e in mine:
+        validate_event(e)
+    assert [e["eventType"] for e in mine if e["run"]["runId"] == run_id] == [
+        "START", "COMPLETE"]
+    complete = next(e for e in mine if e["eventType"] == "COMPLETE")
+    truth = blake3.blake3((cli.cwd / "out.txt").read_bytes()).hexdigest()
+    assert complete["outputs"][0]["facets"]["version"]["datasetVersion"] == f"blake3:{truth}"
+
+
+def test_a_workflow_run_whose_start_the_store_refused_starts_before_its_tasks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A workflow run (Snakemake's) the store refused to start was marked started all the
+    # same: its START never went out, its task made a row of its own for it when the disk
+    # had room again (begun then, with none of its facets), and had it no task, its end
+    # would have been refused too ("lost").
+    for k in list(os.environ):
+        if k.startswith("OPENLINEAGE"):
+            monkeypatch.delenv(k)
+    cfg = config.load(cwd=tmp_path, env={}, home=str(tmp_path / "home"))
+    session = tmp_path / "session"
+    session.mkdir()
+    recorder.write_settings(session, cfg, idle_exit_s=1.0)
+    (tmp_path / "in.txt").write_text("data\n")
+    producer = Producer(session, tmp_path)
+    workflow = "0190b000-0000-7000-8000-00000000000f"
+    try:
+        producer.do(f"wbegin {workflow}")
+        producer.task(1, tmp_path / "in.txt", tmp_path / "out.txt", "x")
+        producer.do(f"wend {workflow}")
+    finally:
+        producer.kill()
+    full = tmp_path / "disk-full"
+    full.touch()
+    rec = subprocess.Popen([sys.executable, "-c", STORE_FULL, str(full), str(session)],
+                           cwd=tmp_path, env=os.environ, stderr=subprocess.PIPE)
+    try:
+        refused = Path(f"{full}.failed")
+        _until(lambda: refused.exists()
+               and refused.read_text().splitlines().count("start_workflow_run") >= 3)
+        assert rec.poll() is None
+        full.unlink()
+        _until(lambda: not tasklog.log_paths(session) or rec.poll() is not None)
+        assert rec.poll() is None
+    finally:
+        rec.kill()
+        _, err = rec.communicate(timeout=30)
+    assert b"Traceback" not in err and b"lost" not in err, err.decode()
+    roar = Roar(cfg, send=False)
+    try:
+        assert roar.spool.flush(10).pending == 0
+        run = roar.store.workflow_run(workflow)
+        (task,) = roar.store.task_runs(workflow)
+    finally:
+        roar.close(timeout=0)
+    assert run.status == "COMPLETE" and task.status == "COMPLETE"
+    assert run.started_at <= task.started_at  # as the producer began them
+    mine = [json.loads(line) for line in
+            (Path(cfg.home) / "openlineage" / "events.jsonl").read_text().splitlines()]
+    for e in mine:
+        validate_event(e)
+    assert [(e["run"]["runId"] == workflow, e["eventType"]) for e in mine] == [
+        (True, "START"), (False, "START"), (False, "COMPLETE"), (True, "COMPLETE")]
+    assert err.decode().count("not started yet (tried again)") == 1  # said once
 
 
 @pytest.mark.parametrize("how", ["drain", "recover"])
