@@ -1178,6 +1178,35 @@ class _Followed:
             self._fd = -1
 
 
+def tell_unrecorded(directory: str | os.PathLike, error: str) -> None:
+    """No store to record in (it cannot be opened: a full disk, a database down): every
+    ended task of the directory's logs, and every task of a closed log, is marked with
+    why, as a failed attempt is, and the producers waiting on them are woken.  The tasks
+    stay in their logs, for the next recorder.  (Call it holding the recorder's lock.)"""
+    directory = os.fspath(directory)
+    for path in log_paths(directory):
+        j = TaskLogFile.open(path)
+        if j is None:
+            continue
+        told = [e for e in j.unrecorded() if e.outcome is not None or j.closed]
+        if told:
+            try:
+                fd = os.open(path, _OPEN_APPEND)
+                try:
+                    os.write(fd, "".join(json.dumps({"fail": e.meta.run_id, "m": error},
+                                                    separators=(",", ":")) + "\n"
+                                         for e in told).encode())
+                finally:
+                    os.close(fd)
+            except OSError:
+                continue  # gone, or not ours to write: nobody to tell there
+        for e in told:
+            if e.waited:
+                poke(os.path.join(directory, f"{WAIT_PREFIX}{e.meta.run_id}"))
+        if j.close_waited:
+            poke(os.path.join(directory, f"{WAIT_PREFIX}{j.name}"))
+
+
 def recover(roar: Roar, directory: str | os.PathLike, *,
             lifetime_status: str = "ABORT") -> int:
     """Record what the dead processes of `directory` left unrecorded, without a follower

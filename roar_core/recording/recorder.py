@@ -254,7 +254,8 @@ def finish_own(tasks: tasklog.TaskLog, directory: Dir, what: str, *, wait_s: flo
         try:
             record_here(directory)
         except Exception as e:
-            log.error("roar: %s LOST: %s: %s", what, type(e).__name__, e)
+            # (Not lost: what is not recorded stays in its log, kept below.)
+            log.error("roar: %s not recorded here either: %s: %s", what, type(e).__name__, e)
     # It leaves once nothing is left to follow, its last events sent.
     open(os.path.join(directory, ENDING), "a").close()
     wait_gone(directory, time.monotonic() + 60, exited=True)
@@ -351,11 +352,20 @@ def main(argv: list[str]) -> int:
     from roar_core.heap import freeze_heap
     from roar_core.pipeline.spoolfiles import NotSynced
     from roar_core.pipeline.store import StoreError
-    from roar_core.recording.follower import CausalOrder, Follower
+    from roar_core.recording.follower import CausalOrder, Follower, tell_unrecorded
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
     # No sender thread: its `Sender` child process delivers (forked once it has spooled).
-    roar = open_roar(directory, settings)
+    try:
+        roar = open_roar(directory, settings)
+    except StoreError as e:
+        # Its producers are told now, not when they give up waiting (a Snakemake run's end
+        # waited 5 minutes for a recorder that had died here with a traceback).
+        log.error(
+            "roar: nothing recorded: %s (the tasks are kept in %s, for the next recorder)",
+            e, directory)
+        tell_unrecorded(directory, f"{type(e).__name__}: {e}")
+        return 1
     ending = os.path.join(directory, ENDING)
     # The workflow run's recorders on other nodes: a consumer's events after its producer's.
     order = (CausalOrder(roar.store, settings["order"], os.path.basename(directory))

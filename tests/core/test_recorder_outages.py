@@ -369,6 +369,58 @@ def test_a_workflow_run_whose_start_the_store_refused_starts_before_its_tasks(
     assert err.decode().count("not started yet (tried again)") == 1  # said once
 
 
+def test_a_recorder_that_cannot_open_its_store_tells_the_waiting_producer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A recorder whose store could not be opened (a full disk) died with a traceback; its
+    # waiting producers waited out their whole timeout (a Snakemake run's end: 5 minutes)
+    # for an answer nobody would give.  It must tell them (not recorded, kept), keep the
+    # task, and the next recorder, once the store opens, record it once.
+    for k in list(os.environ):
+        if k.startswith("OPENLINEAGE"):
+            monkeypatch.delenv(k)
+    cfg = config.load(cwd=tmp_path, env={}, home=str(tmp_path / "home"))
+    db = Path(cfg.home) / "lineage.db"
+    db.mkdir(parents=True)  # no database can be opened there
+    session = tmp_path / "session"
+    session.mkdir()
+    recorder.write_settings(session, cfg, idle_exit_s=1.0)
+    src = tmp_path / "in.txt"
+    src.write_text("data\n")
+    producer = Producer(session, tmp_path)
+    task = "0190b000-0000-7000-8000-000000000001"
+    try:
+        producer.do(f"begin {task} t1")
+        producer.do(f"copy {src} {tmp_path / 'out.txt'} x")
+        producer.proc.stdin.write(f"end {task} 120\n")  # waits up to 120 s for the answer
+        producer.proc.stdin.flush()
+        recorder.ensure(session)
+        said = json.loads(producer.proc.stdout.readline())
+    finally:
+        producer.kill()
+    assert said["ok"] is True, said  # answered (not a wait that timed out) ...
+    assert said["result"]["ok"] is False and said["result"]["kept"] is True, said  # kept
+    assert "cannot open lineage store" in said["result"]["error"], said  # ... and why
+    recorder.wait_gone(session, time.monotonic() + 30, exited=True)
+    log_text = (session / recorder.LOG).read_text()
+    assert "Traceback" not in log_text and "nothing recorded: cannot open" in log_text, log_text
+    assert len(tasklog.log_paths(session)) == 1  # kept
+
+    db.rmdir()
+    recorder.ensure(session)
+    _until(lambda: not tasklog.log_paths(session))
+    recorder.wait_gone(session, time.monotonic() + 30, exited=True)
+    roar = Roar(cfg, send=False)
+    try:
+        (run,) = roar.store.task_runs()
+        accesses = roar.store.accesses_of(run.run_id)
+    finally:
+        roar.close(timeout=0)
+    assert run.run_id == task and run.status == "COMPLETE"
+    out = {a.uri: a.digest for a in accesses if a.role == "output"}
+    truth = blake3.blake3((tmp_path / "out.txt").read_bytes()).hexdigest()
+    assert out == {str(tmp_path / "out.txt"): f"blake3:{truth}"}
+
+
 @pytest.mark.parametrize("how", ["drain", "recover"])
 def test_a_recording_in_process_marks_nothing_its_spool_could_not_sync(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:

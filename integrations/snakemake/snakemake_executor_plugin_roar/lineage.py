@@ -265,10 +265,11 @@ class Lineage:
                 for k, v in self.tasks.results.items()}
 
     def summary(self, results: dict[str, Result]) -> str:
-        lines, lost = [], 0
+        lines, lost, why = [], 0, None
         for run_id, r in results.items():
             if not r.ok:
                 lost += 1
+                why = why or r.error
                 continue
             parts = []
             # The answer's plain fields: `Result.io`/`task` import the emission records for
@@ -282,13 +283,17 @@ class Lineage:
                 parts.append(f"UNTRACED ({task.get('untraced_reason')})")
             if parts:
                 lines.append(f"  {self._jobs.get(run_id, run_id)}: " + "; ".join(parts))
-        head = (f"roar: lineage of {len(results)} job(s) recorded under workflow run "
+        head = (f"roar: lineage of {len(results) - lost} job(s) recorded under workflow run "
                 f"{self.name} {self.workflow_run} (store: {self.config.home})")
         if lost:
-            head += (f"; lineage of {lost} job(s) NOT RECORDED yet, kept in {self.directory} "
-                     "to retry (see the errors above)")
+            why = why or "see the errors above"
+            head += (f"; lineage of {lost} job(s) NOT RECORDED yet ({why}), kept in "
+                     f"{self.directory} to retry")
         if not lines:
-            return head + "\nroar: every job read and wrote only its declared files"
+            if lost == len(results):
+                return head
+            return head + ("\nroar: every job read and wrote only its declared files" if not lost
+                           else "\nroar: every job recorded read and wrote only its declared files")
         return head + "\nroar: undeclared I/O (read or written but not declared):\n" + "\n".join(
             lines)
 
