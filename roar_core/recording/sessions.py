@@ -65,8 +65,14 @@ def sweep_stale_sessions(base: str | os.PathLike, now: float | None = None) -> l
         if entry.name.startswith(SPARE_PREFIX):
             continue
         try:
-            if not entry.is_dir(follow_symlinks=False) or \
-                    now - entry.stat(follow_symlinks=False).st_mtime < STALE_AFTER_S:
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            if now - entry.stat(follow_symlinks=False).st_mtime < STALE_AFTER_S:
+                # Not stale yet, but what a finished engine left unrecorded (its recorder
+                # could not store it: a full disk) is recorded now, not an hour later: it
+                # is in RAM, which a reboot empties.
+                if _has_task_logs(entry.path) and not _in_use(entry.path):
+                    _unrecorded(entry.path)
                 continue
             if _in_use(entry.path):
                 continue
@@ -77,6 +83,12 @@ def sweep_stale_sessions(base: str | os.PathLike, now: float | None = None) -> l
         remove_session_dir(entry.path)
         removed.append(entry.path)
     return removed
+
+
+def _has_task_logs(d: str) -> bool:
+    from roar_core.recording import tasklog
+
+    return bool(tasklog.log_paths(d))
 
 
 def _unrecorded(d: str) -> bool:

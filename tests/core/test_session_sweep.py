@@ -90,3 +90,42 @@ def test_new_in_memory_session_sweeps_first(tmp_path: Path,
     os.utime(first, (OLD, OLD))
     second = Path(new_session_dir(cfg, "airflow-h-2", in_memory=True))
     assert second.is_dir() and not first.exists()
+
+
+def test_a_finished_engines_unrecorded_session_is_recorded_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A Snakemake run on a full disk keeps its jobs' lineage in its session, in RAM, for
+    # the next recorder.  The sweep started one only for sessions untouched for an hour:
+    # the lineage waited that long, and a reboot meanwhile lost it.
+    from roar_core.api import Roar
+    from roar_core.recording import recorder, tasklog
+    from tests.core.test_recording_contract import Producer
+
+    for k in list(os.environ):
+        if k.startswith("OPENLINEAGE"):
+            monkeypatch.delenv(k)
+    cfg = config.load(cwd=tmp_path, env={}, home=str(tmp_path / "home"))
+    base = tmp_path / "memory"
+    session = base / "snakemake-1"
+    session.mkdir(parents=True)
+    recorder.write_settings(session, cfg, idle_exit_s=1.0)
+    (tmp_path / "in.txt").write_text("data\n")
+    producer = Producer(session, tmp_path)
+    try:
+        producer.task(1, tmp_path / "in.txt", tmp_path / "out.txt", "x")
+    finally:
+        producer.kill()  # (as an engine whose recorder failed: its task left in its log)
+    assert tasklog.log_paths(session)
+    assert sweep_stale_sessions(base) == []  # not stale: kept, and recorded
+    deadline = time.monotonic() + 60
+    while tasklog.log_paths(session):
+        assert time.monotonic() < deadline, "not recorded"
+        time.sleep(0.05)
+    recorder.wait_gone(session, time.monotonic() + 30, exited=True)
+    roar = Roar(cfg, send=False)
+    try:
+        (run,) = roar.store.task_runs()
+    finally:
+        roar.close(timeout=0)
+    assert run.run_id == "0190b000-0000-7000-8000-000000000001" and run.status == "COMPLETE"
+    assert session.is_dir()  # removed by a later sweep, once stale
