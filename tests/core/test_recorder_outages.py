@@ -31,7 +31,7 @@ from roar_core.recording import follower as following
 from roar_core.recording import recorder, tasklog
 from tests.core.test_cli import make_cli
 from tests.core.test_recorder_kills import left_pending
-from tests.core.test_recording_contract import Producer
+from tests.core.test_recording_contract import Producer, engine_session
 from tests.core.test_spool import Endpoint
 from tests.core.test_store import _in_database_file
 from tests.olschema import validate_event
@@ -319,13 +319,7 @@ def test_a_workflow_run_whose_start_the_store_refused_starts_before_its_tasks(
     # same: its START never went out, its task made a row of its own for it when the disk
     # had room again (begun then, with none of its facets), and had it no task, its end
     # would have been refused too ("lost").
-    for k in list(os.environ):
-        if k.startswith("OPENLINEAGE"):
-            monkeypatch.delenv(k)
-    cfg = config.load(cwd=tmp_path, env={}, home=str(tmp_path / "home"))
-    session = tmp_path / "session"
-    session.mkdir()
-    recorder.write_settings(session, cfg, idle_exit_s=1.0)
+    cfg, session = engine_session(tmp_path, monkeypatch)
     (tmp_path / "in.txt").write_text("data\n")
     producer = Producer(session, tmp_path)
     workflow = "0190b000-0000-7000-8000-00000000000f"
@@ -375,15 +369,9 @@ def test_a_recorder_that_cannot_open_its_store_tells_the_waiting_producer(
     # waiting producers waited out their whole timeout (a Snakemake run's end: 5 minutes)
     # for an answer nobody would give.  It must tell them (not recorded, kept), keep the
     # task, and the next recorder, once the store opens, record it once.
-    for k in list(os.environ):
-        if k.startswith("OPENLINEAGE"):
-            monkeypatch.delenv(k)
-    cfg = config.load(cwd=tmp_path, env={}, home=str(tmp_path / "home"))
+    cfg, session = engine_session(tmp_path, monkeypatch)
     db = Path(cfg.home) / "lineage.db"
     db.mkdir(parents=True)  # no database can be opened there
-    session = tmp_path / "session"
-    session.mkdir()
-    recorder.write_settings(session, cfg, idle_exit_s=1.0)
     src = tmp_path / "in.txt"
     src.write_text("data\n")
     producer = Producer(session, tmp_path)

@@ -89,6 +89,21 @@ def digest(data: bytes) -> str:
     return blake3.blake3(data).hexdigest()
 
 
+def engine_session(tmp_path: Path, monkeypatch, where: Path | None = None
+                   ) -> tuple[config.Config, Path]:
+    """A configuration with its home under tmp_path (none of the caller's OpenLineage
+    variables), and a session directory for it (`where`, else tmp_path/session), its
+    recorder's settings written, as an engine makes one."""
+    for k in list(os.environ):
+        if k.startswith("OPENLINEAGE"):
+            monkeypatch.delenv(k)
+    cfg = config.load(cwd=tmp_path, env={}, home=str(tmp_path / "home"))
+    session = where or tmp_path / "session"
+    session.mkdir(parents=True)
+    recorder.write_settings(session, cfg, idle_exit_s=1.0)
+    return cfg, session
+
+
 @pytest.fixture
 def cfg(tmp_path, monkeypatch):
     for k in list(os.environ):

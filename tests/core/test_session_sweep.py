@@ -99,16 +99,10 @@ def test_a_finished_engines_unrecorded_session_is_recorded_at_once(
     # the lineage waited that long, and a reboot meanwhile lost it.
     from roar_core.api import Roar
     from roar_core.recording import recorder, tasklog
-    from tests.core.test_recording_contract import Producer
+    from tests.core.test_recording_contract import Producer, engine_session
 
-    for k in list(os.environ):
-        if k.startswith("OPENLINEAGE"):
-            monkeypatch.delenv(k)
-    cfg = config.load(cwd=tmp_path, env={}, home=str(tmp_path / "home"))
     base = tmp_path / "memory"
-    session = base / "snakemake-1"
-    session.mkdir(parents=True)
-    recorder.write_settings(session, cfg, idle_exit_s=1.0)
+    cfg, session = engine_session(tmp_path, monkeypatch, base / "snakemake-1")
     (tmp_path / "in.txt").write_text("data\n")
     producer = Producer(session, tmp_path)
     try:
