@@ -3,10 +3,8 @@ objects: `objects`).
 
 input     = read, and not created by the task first (an O_RDWR open of an existing file
             reads its previous version: read-modify-write is an input *and* an output);
-output    = created, truncated, modified or renamed/linked into place, existing at the end
-            (or removed since by another process: its version is then unknown);
-transient = created and removed again by the task (rename-into-place keeps only the final
-            name);
+output    = created, truncated, modified or renamed/linked into place, existing at the end;
+transient = created and gone again by the end (rename-into-place keeps only the final name);
 deleted   = existed before, removed by the task.
 Paths are normalised and symlinks resolved here (the shim records them as used); the
 path actually used is kept in `read_via` when it differs.  System, interpreter, cache and
@@ -557,7 +555,7 @@ class Classifier:
                 io.outputs.append(FileAccess(path, name, "output", via,
                                              None if s.replaced else s.pre_state,
                                              s.first_ns, existed, final))
-            elif not exists and s.removed:
+            elif not exists and (s.removed or s.written or s.created):
                 if s.existed and s.moved_to is not None and _is_dir(s.moved_to):
                     continue  # a directory renamed, none of its files touched: no file
                 if s.existed:
@@ -566,12 +564,6 @@ class Classifier:
                 elif s.created or s.written:
                     io.transient.append(FileAccess(path, name, "transient", via, None,
                                                    s.first_ns, existed, final))
-            elif not exists and (s.written or s.created):
-                # Made or written by the task, which did not remove it: another process
-                # did, after the task left it (a recorder takes some engines' versions
-                # late) or beside it.  An output whose version is gone, not a transient.
-                io.outputs.append(FileAccess(path, name, "output", via, None, s.first_ns,
-                                             existed, None))
         if self.object_records:
             for uri, role, first_ns, existed, version in objects.classify(self.object_records):
                 getattr(io, _ROLE_LISTS[role]).append(FileAccess(

@@ -18,9 +18,7 @@ from roar_core.pipeline.classification import Classifier, PathFilter, TaskIO, cl
 
 
 def traced_io(tmp_path: Path, script: str, keep: PathFilter | None = None,
-              setup=None, after=None) -> tuple[TaskIO, Path]:
-    """`after(work)`: run once the task has exited, before it is classified (what another
-    process does to its files before a late capture)."""
+              setup=None) -> tuple[TaskIO, Path]:
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
     session = tmp_path / "session"
@@ -33,8 +31,6 @@ def traced_io(tmp_path: Path, script: str, keep: PathFilter | None = None,
     p = subprocess.run([sys.executable, str(prog)], cwd=work, env=env, capture_output=True,
                        text=True)
     assert p.returncode == 0, p.stderr
-    if after:
-        after(work)
     tasks = attribute(tracelog.read_session(session).logs)
     assert set(tasks) == {"task"}
     keep = keep or PathFilter.build([session])
@@ -302,25 +298,6 @@ def test_non_utf8_names_are_escaped_text(tmp_path):
 def test_created_file_is_never_an_input_even_if_read_back(tmp_path, mode):
     io, _ = traced_io(tmp_path, f"open('n', '{mode}').write('1'); open('n').read()")
     assert names(io.outputs) == ["n"] and not io.inputs
-
-
-def test_a_file_the_task_left_and_another_removed_is_an_output_gone(tmp_path):
-    # The task made both files and removed one; the other it left, and another process
-    # removed it before the task's versions were taken (a recorder taking them late: the
-    # next job, or the user, deleted it meanwhile).  It was an output, its version unknown,
-    # not a file the task made and removed (transient); so was the file it rewrote and
-    # left (not deleted by the task).
-    io, _ = traced_io(tmp_path, """
-        import os
-        open("left.txt", "w").write("x")
-        open("scratch", "w").write("y")
-        os.unlink("scratch")
-        open("old.txt", "w").write("z")
-    """, setup=lambda w: (w / "old.txt").write_text("o"),
-        after=lambda w: ((w / "left.txt").unlink(), (w / "old.txt").unlink()))
-    assert names(io.outputs) == ["left.txt", "old.txt"]
-    assert [a.state for a in io.outputs] == [None, None]  # gone: no version to take
-    assert names(io.transient) == ["scratch"] and not io.deleted and not io.inputs
 
 
 def test_a_removed_temp_dir_is_no_file_read(tmp_path):
