@@ -737,11 +737,7 @@ class Follower:
                         left = start(hold=bool(self._unspooled),
                                      stored=run.get("started") == "stored")
                     except Exception as e:
-                        try:
-                            stored = self.roar.store.workflow_run(run_id) is not None
-                        except StoreError:
-                            stored = False
-                        if not stored:
+                        if not _in_store(self.roar.store.workflow_run, run_id):
                             # Not stored (a full disk, a database down): tried again later;
                             # its tasks and its end wait for it (`_ensure_workflow`).
                             if run_id not in self._refused_starts:
@@ -815,11 +811,7 @@ class Follower:
             self._ensure_workflow(entry.meta)
             left = self.roar.writer.started(entry.meta, hold=bool(self._unspooled))
         except Exception as e:
-            try:
-                stored = self.roar.store.task_run(entry.meta.run_id) is not None
-            except StoreError:
-                stored = False  # (then its end, recorded with it, finds out)
-            if not stored:
+            if not _in_store(self.roar.store.task_run, entry.meta.run_id):
                 # Not stored (a full disk): it goes in with the task's end, once the store
                 # takes rows again.  Marked started, the end would be recorded without its
                 # row, and refused ("unknown task run") on every try.
@@ -1147,9 +1139,7 @@ class _Followed:
         try:
             if self._fd < 0:
                 self._fd = os.open(self.tasklog.path, _OPEN_APPEND)
-            lines = "".join(json.dumps(m, separators=(",", ":"), default=str) + "\n"
-                            for m in marks)
-            os.write(self._fd, lines.encode())
+            os.write(self._fd, _mark_lines(marks))
         except OSError:
             return False
         return True
@@ -1178,6 +1168,21 @@ class _Followed:
             self._fd = -1
 
 
+def _mark_lines(marks: list[dict]) -> bytes:
+    """Marks as task-log lines (one O_APPEND write of them is never interleaved)."""
+    return "".join(json.dumps(m, separators=(",", ":"), default=str) + "\n"
+                   for m in marks).encode()
+
+
+def _in_store(lookup: Callable[[str], object], run_id: str) -> bool:
+    """Whether the store has the run (`lookup`: its `task_run` or `workflow_run`); one that
+    cannot say, no: its start is tried again (a task's with its end, which finds out)."""
+    try:
+        return lookup(run_id) is not None
+    except StoreError:
+        return False
+
+
 def tell_unrecorded(directory: str | os.PathLike, error: str) -> None:
     """No store to record in (it cannot be opened: a full disk, a database down): every
     ended task of the directory's logs, and every task of a closed log, is marked with
@@ -1193,9 +1198,8 @@ def tell_unrecorded(directory: str | os.PathLike, error: str) -> None:
             try:
                 fd = os.open(path, _OPEN_APPEND)
                 try:
-                    os.write(fd, "".join(json.dumps({"fail": e.meta.run_id, "m": error},
-                                                    separators=(",", ":")) + "\n"
-                                         for e in told).encode())
+                    os.write(fd, _mark_lines([{"fail": e.meta.run_id, "m": error}
+                                              for e in told]))
                 finally:
                     os.close(fd)
             except OSError:
