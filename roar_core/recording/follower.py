@@ -428,7 +428,7 @@ class Follower:
             if path in self._foreign:
                 continue
             f = self._files.get(path) or self._follow(path)
-            if f is None:
+            if f is None or self._settled(f):
                 continue
             followed.append(f)
             self._advance(f)
@@ -502,11 +502,12 @@ class Follower:
     def _follow(self, path: str) -> _Followed | None:
         """Start following a task log (None: its header is not complete yet, or it is
         another host's)."""
-        j = TaskLogFile.open(path)
+        j = TaskLogFile.open(path, hold=True)
         if j is None:
             self._unopened += 1
             return None
         if j.host != self._host:
+            j.close()
             self._foreign.add(path)
             return None
         f = self._files[path] = _Followed(j, self.directory, self._listing)
@@ -666,6 +667,15 @@ class Follower:
             1 for f in self._files.values()
             if not f.dead or any(not e.failures for e in f.tasklog.entries.values())
             or any(u.f is f for u in self._unspooled))
+
+    def _settled(self, f: _Followed) -> bool:
+        """Read to its end by a pass that found its producer gone, and all of it recorded:
+        no line can come, and all that is left is the sync that marks it and lets it go.
+        (Until then a log was read and looked over by every pass, ~4 a task.)"""
+        return (f.dead and not f.tasklog.entries and not f.unstarted and not f.begun
+                and self._unsynced.get(f.tasklog.path) is f
+                and all(w.done for w in f.tasklog.workflows.values())
+                and not any(u.f is f for u in self._unspooled))
 
     def _advance(self, f: _Followed) -> None:
         j = f.tasklog
@@ -1163,6 +1173,7 @@ class _Followed:
             shutil.rmtree(os.path.join(directory, d), ignore_errors=True)
 
     def close(self) -> None:
+        self.tasklog.close()
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1

@@ -73,6 +73,11 @@ _META_FIELDS = ("run_id", "engine", "namespace", "job_name", "engine_task_id", "
                 "parent_run_id", "command", "host", "pid", "node_id", "traced",
                 "untraced_reason", "cwd")
 _OPEN_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
+_OPEN_READ = os.O_RDONLY | os.O_CLOEXEC
+# Task logs a follower holds open at most: a backlog of thousands of dead producers' logs
+# must not take the descriptors the store, the spool and the tracer logs need.
+_HOLD_MAX = 256
+_held = 0
 
 
 def process_start(pid: int) -> int:
@@ -627,11 +632,23 @@ class Workflow(Slotted):
         self.done = False
 
 
+def _pread_all(fd: int, offset: int) -> bytes:
+    """What the file holds from `offset` on (a producer may be appending meanwhile: what
+    a read returns short of its size is the end, for now)."""
+    chunks = []
+    while True:
+        chunk = os.pread(fd, 65536, offset)
+        chunks.append(chunk)
+        if len(chunk) < 65536:
+            return b"".join(chunks) if len(chunks) > 1 else chunk
+        offset += len(chunk)
+
+
 class TaskLogFile(Slotted):
     """A task log as read so far (`read_more` picks up what was appended since)."""
 
     __slots__ = ("path", "pid", "start", "boot", "host", "entries", "common", "workflows",
-                 "closed", "close_waited", "results", "mono", "_offset")
+                 "closed", "close_waited", "results", "mono", "_offset", "_fd")
 
     def __init__(self, path: str, pid: int, start: int, host: str, *,
                  common: dict[str, Any] | None = None, results: bool = False,
@@ -650,45 +667,76 @@ class TaskLogFile(Slotted):
         self.results = results  # mark every task with its Result
         self.mono = mono  # CLOCK_MONOTONIC at its creation
         self._offset = 0
+        self._fd = -1  # held open by a follower (`open(hold=True)`) until `close`
 
     @property
     def name(self) -> str:
         return os.path.basename(self.path)[:-len(SUFFIX)]
 
     @classmethod
-    def open(cls, path: str | os.PathLike) -> TaskLogFile | None:
-        """None while the header line is not complete (or not a task log)."""
+    def open(cls, path: str | os.PathLike, *, hold: bool = False) -> TaskLogFile | None:
+        """None while the header line is not complete (or not a task log).  `hold`: keep
+        the log open for the reads to come (a follower reads each log a few times a task:
+        one read is then one pread, not an open, six calls about it and a close), while
+        fewer than `_HOLD_MAX` are held; `close` lets it go."""
+        global _held
         path = os.fspath(path)
         try:
-            with open(path, "rb") as f:
-                first = f.readline()
+            fd = os.open(path, _OPEN_READ)
         except OSError:
             return None
-        if not first.endswith(b"\n"):
-            return None
         try:
-            head = json.loads(first)
-            j = cls(path, int(head["pid"]), int(head["start"]), str(head["host"]),
-                    common=dict(head.get("common") or {}), results=bool(head.get("results")),
-                    mono=head.get("mono"), boot=head.get("boot"))
-        except (ValueError, KeyError, TypeError):
-            log.warning("roar: %s is not a task log", path)
+            data = _pread_all(fd, 0)
+        except OSError:
+            os.close(fd)
             return None
-        j._offset = len(first)
-        j.read_more()
+        first, nl, rest = data.partition(b"\n")
+        j = None
+        if nl:
+            try:
+                head = json.loads(first)
+                j = cls(path, int(head["pid"]), int(head["start"]), str(head["host"]),
+                        common=dict(head.get("common") or {}),
+                        results=bool(head.get("results")), mono=head.get("mono"),
+                        boot=head.get("boot"))
+            except (ValueError, KeyError, TypeError):
+                log.warning("roar: %s is not a task log", path)
+        if j is not None and hold and _held < _HOLD_MAX:
+            j._fd, _held = fd, _held + 1
+        else:
+            os.close(fd)
+        if j is not None:
+            j._offset = len(first) + 1
+            j._apply(rest)
         return j
+
+    def close(self) -> None:
+        global _held
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd, _held = -1, _held - 1
 
     def read_more(self) -> list[Entry]:
         """Apply the complete lines appended since the last read; returns tasks begun."""
-        from datetime import datetime
-
         try:
-            with open(self.path, "rb") as f:
-                f.seek(self._offset)
-                data = f.read()
+            if self._fd >= 0:
+                data = _pread_all(self._fd, self._offset)
+            else:
+                fd = os.open(self.path, _OPEN_READ)
+                try:
+                    data = _pread_all(fd, self._offset)
+                finally:
+                    os.close(fd)
         except OSError:
             return []
+        return self._apply(data)
+
+    def _apply(self, data: bytes) -> list[Entry]:
+        from datetime import datetime
+
         end = data.rfind(b"\n") + 1  # a line not complete yet waits for the next read
+        if not end:
+            return []
         self._offset += end
         begun = []
         for raw in data[:end].splitlines():

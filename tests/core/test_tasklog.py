@@ -145,6 +145,7 @@ def test_follower_records_a_live_worker_and_what_a_killed_one_left(tmp_path, roa
     assert _io(roar, dead.run_id) == ({str(src): _digest(src)}, {str(part): _digest(part)})
     assert follower.pending() == 0
     assert not list(session.iterdir())  # journal and tracer logs recorded, then removed
+    assert _held_logs(tmp_path) == []  # and let go
 
 
 def test_a_pass_writes_its_tasks_stat_cache_entries_in_one_transaction(
@@ -242,9 +243,24 @@ def test_recover_without_a_follower_and_lifetime_tasks(tmp_path, roar):
     assert following.recover(roar, session) == 0
 
 
-def test_journal_lines_are_read_incrementally(tmp_path):
+def _held_logs(under: Path) -> list[str]:
+    """Task logs under `under` this process holds open."""
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if os.path.basename(target).startswith(tasklog.PREFIX) and target.startswith(
+                f"{under}/"):
+            held.append(target)
+    return held
+
+
+@pytest.mark.parametrize("hold", [False, True], ids=["opened-per-read", "held"])
+def test_journal_lines_are_read_incrementally(tmp_path, hold):
     j = tasklog.TaskLog(tmp_path)
-    f = tasklog.TaskLogFile.open(j.path)
+    f = tasklog.TaskLogFile.open(j.path, hold=hold)
     assert f.pid == os.getpid() and f.entries == {}
     meta = {"run_id": "r1", "engine": "e", "namespace": "n", "job_name": "j",
             "started_at": "2026-01-01T00:00:00+00:00", "workflow": {
@@ -258,6 +274,32 @@ def test_journal_lines_are_read_incrementally(tmp_path):
         fh.write('LETE", "t": "2026-01-01T00:00:01+00:00"}\n')
     f.read_more()
     assert f.entries["r1"].outcome.status == "COMPLETE" and f.ended_unrecorded() == 1
+    assert _held_logs(tmp_path) == [j.path] * (2 if hold else 1)  # (and j's own)
+    f.close()
+    j.close()
+    assert _held_logs(tmp_path) == []
+
+
+def test_logs_past_the_held_limit_are_read_all_the_same(tmp_path, monkeypatch):
+    """A follower holds at most `_HOLD_MAX` logs open (a backlog of thousands of dead
+    producers' logs must leave descriptors to the rest); the others are opened per read."""
+    monkeypatch.setattr(tasklog, "_HOLD_MAX", 2)
+    logs = [tasklog.TaskLog(tmp_path / str(n)) for n in range(4)]
+    files = [tasklog.TaskLogFile.open(j.path, hold=True) for j in logs]
+    for n, j in enumerate(logs):
+        j.begun({"run_id": f"r{n}", "engine": "e", "namespace": "n", "job_name": "j",
+                 "started_at": "2026-01-01T00:00:00+00:00"})
+        j.close()
+    assert sorted(_held_logs(tmp_path)) == sorted(j.path for j in logs[:2])
+    assert [[e.meta.run_id for e in f.read_more()] for f in files] == [["r0"], ["r1"], ["r2"],
+                                                                       ["r3"]]
+    for f in files:
+        f.close()
+    assert _held_logs(tmp_path) == [] and tasklog._held == 0
+    # Let go, another may be held.
+    again = tasklog.TaskLogFile.open(logs[3].path, hold=True)
+    assert _held_logs(tmp_path) == [logs[3].path] and list(again.entries) == ["r3"]
+    again.close()
     j.close()
 
 
