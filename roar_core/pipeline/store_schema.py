@@ -59,6 +59,24 @@ class UTCDateTime(TypeDecorator[datetime]):
         value = value.astimezone(timezone.utc)
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
 
+    def bind_processor(self, dialect: Dialect) -> Any:
+        if dialect.name != "sqlite":
+            return super().bind_processor(dialect)
+        utc = timezone.utc
+
+        # SQLite: this method and the dialect's text conversion after it (a dict-formatted
+        # string) in one step, the same text: 'YYYY-MM-DD HH:MM:SS.ffffff', in UTC.  A small
+        # task's recording converts five timestamps; the two steps took ~15 us each.
+        def process(value: datetime | None) -> str | None:
+            if value is None:
+                return None
+            if value.tzinfo is None or value.utcoffset() is None:
+                raise ValueError(
+                    f"naive datetime {value.isoformat()} (pass a timezone-aware one)")
+            return value.astimezone(utc).replace(tzinfo=None).isoformat(" ", "microseconds")
+
+        return process
+
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
             return None

@@ -329,6 +329,35 @@ def test_bulk_rows_store_timestamps_like_every_other_write(store: Store, where: 
         T0, T0 + timedelta(minutes=1))
 
 
+def test_sqlite_timestamps_are_the_text_sqlalchemy_makes_of_them() -> None:
+    """`UTCDateTime` converts a timestamp for SQLite in one step: the text of its UTC time
+    exactly as SQLAlchemy's own two steps (the UTC time, then SQLite's DATETIME text)."""
+    import random
+
+    from sqlalchemy.dialects import sqlite as sqlite_dialect
+    from sqlalchemy.types import TypeDecorator
+
+    from roar_core.pipeline.store_schema import UTCDateTime
+
+    dialect = sqlite_dialect.dialect()
+    ours = UTCDateTime().dialect_impl(dialect).bind_processor(dialect)
+    theirs = TypeDecorator.bind_processor(UTCDateTime().dialect_impl(dialect), dialect)
+    rnd = random.Random(7)
+    zones = [timezone.utc, timezone(timedelta(hours=5, minutes=30)),
+             timezone(timedelta(hours=-11, seconds=17, microseconds=3))]
+    values = [datetime(1, 1, 2, tzinfo=timezone.utc), datetime(999, 12, 31, 23, 59, 59, 999999,
+                                                               tzinfo=zones[1]),
+              T0, datetime.now(timezone.utc).replace(microsecond=0)]
+    values += [datetime.fromtimestamp(rnd.uniform(-2e9, 6e10), rnd.choice(zones))
+               for _ in range(2000)]
+    for v in values:
+        assert ours(v) == theirs(v), v
+    assert ours(None) is theirs(None) is None
+    for refused in (ours, theirs):
+        with pytest.raises(ValueError, match="naive datetime"):
+            refused(datetime(2026, 1, 1))
+
+
 def test_a_task_with_thousands_of_files_keeps_every_row(store: Store) -> None:
     # More rows than one multi-row INSERT holds (SQLite), across roles, digests and NULLs;
     # a second reader of the same files moves their seen versions on (the upsert, per row).
