@@ -996,7 +996,8 @@ class _Bulk:
         written = fairy.info.setdefault(_WRITTEN, {})  # per driver connection
         before = written.get(self, 0)
         written[self] = before + len(params)
-        if len(params) < _STATEMENT_ROWS[-1]:
+        if len(params) < _STATEMENT_ROWS[-1] and len(params) * len(self.columns) <= 999:
+            # (999: the fewest parameters a statement may have, on any SQLite build)
             driver.execute(self._rows_sql(plan, len(params)),
                            params[0] if len(params) == 1
                            else tuple(itertools.chain.from_iterable(params)))
