@@ -716,6 +716,12 @@ class TaskLogFile(Slotted):
             os.close(self._fd)
             self._fd, _held = -1, _held - 1
 
+    def __del__(self) -> None:  # a follower dropped without its close: its places back
+        try:
+            self.close()
+        except Exception:  # (at the interpreter's exit: nothing to give back to)
+            pass
+
     def read_more(self) -> list[Entry]:
         """Apply the complete lines appended since the last read; returns tasks begun."""
         try:

@@ -284,6 +284,7 @@ def test_logs_past_the_held_limit_are_read_all_the_same(tmp_path, monkeypatch):
     """A follower holds at most `_HOLD_MAX` logs open (a backlog of thousands of dead
     producers' logs must leave descriptors to the rest); the others are opened per read."""
     monkeypatch.setattr(tasklog, "_HOLD_MAX", 2)
+    monkeypatch.setattr(tasklog, "_held", 0)  # (logs earlier tests' followers hold)
     logs = [tasklog.TaskLog(tmp_path / str(n)) for n in range(4)]
     files = [tasklog.TaskLogFile.open(j.path, hold=True) for j in logs]
     for n, j in enumerate(logs):
