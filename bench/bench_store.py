@@ -7,6 +7,7 @@
     python bench/bench_store.py --statement-rows 2048,512,128,64,32 128,64,32 [--rounds 4]
     python bench/bench_store.py --checkpoints [--tasks 8] [--files 5000] [--small 1000]
     python bench/bench_store.py --earlier [--tasks 4] [--files 5000] [--rounds 10]
+    python bench/bench_store.py --small-floor [--small 2000] [--batch 100] [--rounds 5]
 
 Each task's end goes in as the recorder writes it (`Store.finish_task_run` in a batch: its
 start row, its accesses, its versions), with random digests (every file new content).
@@ -41,6 +42,12 @@ Per task: what its commit path took (what an answer waits for) and, apart, the c
 --earlier: the same big tasks into roar's store as it was before revision 0006 (SQLite
 checked each foreign key per row; every access, outputs too, went into a digest index), with
 the keys checked alone, and as it is; interleaved, a new store each.
+
+--small-floor: --small 2-file tasks (each reads the previous one's output), --batch of them a
+transaction (a busy recorder's pass), with roar's store and, interleaved, with the same
+statements run by sqlite3 itself on values it is given ready (the task's row, the latest
+producer of what it read, its artifacts, versions and accesses): CPU per task (thread time),
+what roar's Python costs above SQLite's own work for a small task's rows.
 
 --page-sizes: the same sequence of big tasks, and --small tasks of 2 files each (one reads
 the previous one's output) committed one by one as a recorder answering each task as it
@@ -203,6 +210,116 @@ def raw_rows(home: Path, tasks: int, files: int, secondary: bool) -> list[float]
     finally:
         con.close()
     return took
+
+
+def _small_accesses(t: int) -> list[Access]:
+    """Task t's: it read task t-1's output, and wrote its own (a digest per number)."""
+    def digest(n: int) -> str:
+        return "blake3:" + f"{n * 7919 + 13:064x}"
+
+    return [Access(f"/data/{t - 1}.txt", "input", digest(t - 1), 64, t - 1),
+            Access(f"/data/{t}.txt", "output", digest(t), 64, t)]
+
+
+def small_batched(home: Path, tasks: int, batch: int) -> float:
+    """CPU seconds per task of `tasks` 2-file tasks, `batch` a transaction (after as many
+    untimed, for a warm store)."""
+    store = S.Store.open(home=home, idle_checkpoints=True)
+    try:
+        def run(first: int) -> None:
+            for b in range(first, first + tasks, batch):
+                with store.batch():
+                    for t in range(b, b + batch):
+                        run_id = f"0190d000-0000-7000-8000-{t:012d}"
+                        now = datetime.now(timezone.utc)
+                        store.finish_task_run(run_id, "COMPLETE", now,
+                                              accesses=_small_accesses(t),
+                                              started=TaskRun(run_id, "cli", "bench", "job", now))
+
+        run(1)
+        t0 = time.thread_time()
+        run(1 + tasks)
+        return (time.thread_time() - t0) / tasks
+    finally:
+        store.close()
+
+
+def small_raw(home: Path, tasks: int, batch: int) -> float:
+    """`small_batched`'s statements (as roar compiles them for SQLite) run by sqlite3 on
+    ready values, into a store roar made, with its connection settings."""
+    import sqlite3
+
+    from roar_core import lineage
+
+    store = S.Store.open(home=home)
+    with store._writer.connect() as conn:
+        def rows(bulk: S._Bulk, n: int) -> str:
+            head, group, tail = bulk._plan(conn).multirow
+            return head + ", ".join([group] * n) + tail
+
+        task, query = rows(S._NEW_TASK_RUN, 1), lineage._latest_of(1)._plan(conn)
+        artifacts, seen = rows(S._NEW_ARTIFACT, 2), rows(S._SEEN_VERSION, 1)
+        produced, access = rows(S._PRODUCED_VERSION, 1), rows(S._ACCESS, 2)
+    store.close()
+    (path,) = home.glob("*.db")
+    con = sqlite3.connect(path, isolation_level=None)
+    for pragma in ("synchronous = NORMAL", "foreign_keys = OFF", "wal_autocheckpoint = 0",
+                   f"cache_size = -{S.SQLITE_CACHE_KIB}"):
+        con.execute(f"PRAGMA {pragma}")
+    columns = S._NEW_TASK_RUN.columns
+
+    def run(first: int) -> None:
+        for b in range(first, first + tasks, batch):
+            con.execute("BEGIN IMMEDIATE")
+            for t in range(b, b + batch):
+                run_id = f"0190d000-0000-7000-8000-{t:012d}"
+                now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+                values = {"run_id": run_id, "engine": "cli", "namespace": "bench",
+                          "job_name": "job", "attempt": 0, "host": "h", "pid": 1,
+                          "started_at": now, "ended_at": now, "status": "COMPLETE",
+                          "command": "[]", "code": "[]", "environment": "{}", "traced": 1,
+                          "dropped_events": 0}
+                con.execute(task, tuple(values.get(c) for c in columns))
+                read, wrote = _small_accesses(t)
+                params = {**query.fixed, "digests_1": read.digest, "reader": run_id,
+                          "started_by": now}
+                con.execute(query.sql, tuple(params[n] for n in query.order)).fetchall()
+                con.execute(artifacts, (read.digest, 64, now, wrote.digest, 64, now))
+                con.execute(seen, (read.uri, read.digest, 64, read.mtime_ns, None, now, now))
+                con.execute(produced, (wrote.uri, wrote.digest, 64, wrote.mtime_ns, run_id,
+                                       now, now))
+                con.execute(access, tuple(
+                    x for a in (read, wrote) for x in (
+                        run_id, a.uri, a.digest, a.role, 64, a.mtime_ns, None, "file", a.uri,
+                        None, None)))
+            con.execute("COMMIT")
+
+    try:
+        run(1)
+        t0 = time.thread_time()
+        run(1 + tasks)
+        return (time.thread_time() - t0) / tasks
+    finally:
+        con.close()
+
+
+def small_floor(args: argparse.Namespace, root: Path) -> None:
+    kinds = {"roar's store": small_batched, "sqlite3, same statements": small_raw}
+    cpu: dict[str, list[float]] = {k: [] for k in kinds}
+    for r in range(args.rounds):
+        for i, (name, run) in enumerate(kinds.items()):
+            home = root / f"{r}-{i}"
+            cpu[name].append(run(home, args.small, args.batch))
+            shutil.rmtree(home)
+        print(f"round {r + 1} done", file=sys.stderr)
+    print(f"{args.small} tasks of 2 files, {args.batch} a transaction, after as many "
+          f"untimed; {args.rounds} rounds: CPU us per task, median (each round), and the "
+          f"median of the rounds' ratios to sqlite3's (steadier on a busy machine)")
+    base = cpu["sqlite3, same statements"]
+    for name, xs in cpu.items():
+        ratio = statistics.median(x / b for x, b in zip(xs, base, strict=True))
+        print(f"  {name:<26} {1e6 * statistics.median(xs):6.0f}  "
+              f"({', '.join(f'{1e6 * x:.0f}' for x in xs)})   {ratio:.2f} x sqlite3's")
 
 
 def floor(args: argparse.Namespace, root: Path) -> None:
@@ -387,7 +504,13 @@ def main() -> int:
     ap.add_argument("--page-sizes", metavar="N,N...",
                     help="compare new stores made with these page sizes (the first: baseline)")
     ap.add_argument("--small", type=int, default=1000,
-                    help="with --page-sizes or --checkpoints: 2-file tasks per round")
+                    help="with --page-sizes, --checkpoints, --small-floor: 2-file tasks "
+                         "per round")
+    ap.add_argument("--small-floor", action="store_true",
+                    help="small tasks in batches: roar's store against sqlite3 running the "
+                         "same statements, CPU per task")
+    ap.add_argument("--batch", type=int, default=100,
+                    help="with --small-floor: tasks per transaction")
     ap.add_argument("--checkpoints", action="store_true",
                     help="checkpoints in the commit against between tasks (a recorder's)")
     ap.add_argument("--floor", action="store_true",
@@ -404,7 +527,8 @@ def main() -> int:
     mode = (page_sizes if args.page_sizes else floor if args.floor else memory if args.memory
             else memory_child if args.memory_child is not None
             else statement_rows if args.statement_rows
-            else checkpoints if args.checkpoints else earlier if args.earlier else None)
+            else checkpoints if args.checkpoints else earlier if args.earlier
+            else small_floor if args.small_floor else None)
     if mode is not None:
         try:
             mode(args, root)
