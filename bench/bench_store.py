@@ -64,6 +64,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -221,6 +222,14 @@ def _small_accesses(t: int) -> list[Access]:
             Access(f"/data/{t}.txt", "output", digest(t), 64, t)]
 
 
+def _cpu_per_task(run: Callable[[int], None], tasks: int) -> float:
+    """CPU seconds per task of `run(first)`'s `tasks` tasks, after as many untimed."""
+    run(1)
+    t0 = time.thread_time()
+    run(1 + tasks)
+    return (time.thread_time() - t0) / tasks
+
+
 def small_batched(home: Path, tasks: int, batch: int) -> float:
     """CPU seconds per task of `tasks` 2-file tasks, `batch` a transaction (after as many
     untimed, for a warm store)."""
@@ -236,10 +245,7 @@ def small_batched(home: Path, tasks: int, batch: int) -> float:
                                               accesses=_small_accesses(t),
                                               started=TaskRun(run_id, "cli", "bench", "job", now))
 
-        run(1)
-        t0 = time.thread_time()
-        run(1 + tasks)
-        return (time.thread_time() - t0) / tasks
+        return _cpu_per_task(run, tasks)
     finally:
         store.close()
 
@@ -295,10 +301,7 @@ def small_raw(home: Path, tasks: int, batch: int) -> float:
             con.execute("COMMIT")
 
     try:
-        run(1)
-        t0 = time.thread_time()
-        run(1 + tasks)
-        return (time.thread_time() - t0) / tasks
+        return _cpu_per_task(run, tasks)
     finally:
         con.close()
 
