@@ -876,13 +876,18 @@ _STATEMENT_ROWS = (2048, 512, 128, 64, 32)
 # 5,000-file run, alternated): ~2 us per file less; a long-lived recorder's later tasks
 # as before.
 _WRITTEN = "roar_bulk_rows"
+_PARAMETER_LIMIT = "roar_sqlite_parameter_limit"
 
 
 def _max_rows(conn: Connection, columns: int) -> int:
-    # SQLite builds before 3.32 allow 999 parameters per statement; Python 3.11+ can ask.
-    raw = conn.connection.dbapi_connection
-    getlimit = getattr(raw, "getlimit", None)
-    limit = getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) if getlimit else 999
+    # SQLite builds before 3.32 allow 999 parameters per statement; Python 3.11+ can ask
+    # (once per driver connection).
+    info = conn.connection.info
+    limit = info.get(_PARAMETER_LIMIT)
+    if limit is None:
+        getlimit = getattr(conn.connection.dbapi_connection, "getlimit", None)
+        limit = info[_PARAMETER_LIMIT] = (
+            getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) if getlimit else 999)
     return max(1, limit // columns)
 
 
@@ -901,6 +906,7 @@ class _Plan(NamedTuple):
     sql: str
     positional: bool
     procs: dict[str, Any]  # column -> the driver's conversion of its values
+    places: dict[str, int]  # column -> its place in a row, for those of `procs`
     multirow: tuple[str, str, str] | None  # SQLite: (before, one row's "(?, ...)", after)
 
 
@@ -924,7 +930,6 @@ class _Bulk:
         self.stmt = stmt
         self.columns = tuple(c.name for c in _written_columns(table))
         self._plans: dict[str, _Plan] = {}
-        self._proc_places: dict[int, dict[str, tuple[int, Any]]] = {}
         self._sized: dict[int, str] = {}  # SQLite's multi-row statements by row count
 
     def _plan(self, conn: Connection) -> _Plan:
@@ -945,8 +950,9 @@ class _Bulk:
             if sqlite and compiled.string.count(group) == 1:
                 head, _, tail = compiled.string.partition(group)
                 rows = (head, group, tail)
-            plan = self._plans[dialect.name] = _Plan(compiled.string, compiled.positional,
-                                                     procs, rows)
+            plan = self._plans[dialect.name] = _Plan(
+                compiled.string, compiled.positional, procs,
+                {n: self.columns.index(n) for n in procs}, rows)
         return plan
 
     def driver_value(self, conn: Connection, column: str, value: Any) -> Any:
@@ -957,9 +963,8 @@ class _Bulk:
             converted: Iterable[str] = ()) -> None:
         if not rows:
             return
-        sql, positional, procs, multirow = plan = self._plan(conn)
-        todo = [(i, proc) for n, (i, proc) in self._procs_at(plan).items()
-                if n not in converted]
+        sql, positional, procs, places, multirow = plan = self._plan(conn)
+        todo = [(places[n], proc) for n, proc in procs.items() if n not in converted]
         params: list[Any] = list(rows)
         if todo:
             memo: dict[tuple[int, Any], Any] = {}
@@ -987,22 +992,23 @@ class _Bulk:
             finally:
                 cursor.close()
             return
-        # SQLite: a few rows (a small task's, most statements a recorder runs) go in as one
-        # statement, its text made once per row count; the bookkeeping of big batches'
-        # sizes below it.  (Measured, bench of the store alone: ~60 us of a small task's
-        # ~0.5 ms went to that bookkeeping, the driver's cursor and a sequence rebuilt.)
+        # SQLite: each statement's text is made once per row count, and runs on the driver
+        # connection's own execute.  (Measured, bench of the store alone: ~60 us of a small
+        # task's ~0.5 ms went to building the text again, the driver's cursor and asking
+        # the connection its parameter limit, each statement.)
         fairy = conn.connection
         driver = fairy.dbapi_connection
         written = fairy.info.setdefault(_WRITTEN, {})  # per driver connection
         before = written.get(self, 0)
         written[self] = before + len(params)
-        if len(params) < _STATEMENT_ROWS[-1] and len(params) * len(self.columns) <= 999:
-            # (999: the fewest parameters a statement may have, on any SQLite build)
+        most = _max_rows(conn, len(self.columns))
+        if len(params) < min(most, _STATEMENT_ROWS[-1]):
+            # One statement, as `_chunks` gives, without it: a small task's few rows, most
+            # statements a recorder runs (~4 us less a statement here).
             driver.execute(self._rows_sql(plan, len(params)),
                            params[0] if len(params) == 1
                            else tuple(itertools.chain.from_iterable(params)))
             return
-        most = _max_rows(conn, len(self.columns))
         if before < _STATEMENT_ROWS[0]:
             most = min(most, _STATEMENT_ROWS[1])
         i = 0
@@ -1010,14 +1016,6 @@ class _Bulk:
             driver.execute(self._rows_sql(plan, size),
                            tuple(itertools.chain.from_iterable(params[i : i + size])))
             i += size
-
-    def _procs_at(self, plan: _Plan) -> dict[str, tuple[int, Any]]:
-        """Column -> (its place in a row, its conversion), for the plan's conversions."""
-        at = self._proc_places.get(id(plan))
-        if at is None:
-            at = self._proc_places[id(plan)] = {
-                n: (self.columns.index(n), proc) for n, proc in plan.procs.items()}
-        return at
 
     def _rows_sql(self, plan: _Plan, size: int) -> str:
         """The multi-row statement of `size` rows (`plan.multirow`), made once."""

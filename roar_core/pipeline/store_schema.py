@@ -40,6 +40,14 @@ BigId = BigInteger().with_variant(Integer(), "sqlite")
 Json = JSON().with_variant(JSONB(), "postgresql")
 
 
+def _utc(value: datetime) -> datetime:
+    """The same moment in UTC; a naive datetime is refused (its meaning depends on the host
+    that wrote it)."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"naive datetime {value.isoformat()} (pass a timezone-aware one)")
+    return value.astimezone(timezone.utc)
+
+
 class UTCDateTime(TypeDecorator[datetime]):
     """Timezone-aware UTC timestamps on every backend.
 
@@ -54,15 +62,12 @@ class UTCDateTime(TypeDecorator[datetime]):
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
-        if value.tzinfo is None or value.utcoffset() is None:
-            raise ValueError(f"naive datetime {value.isoformat()} (pass a timezone-aware one)")
-        value = value.astimezone(timezone.utc)
+        value = _utc(value)
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
 
     def bind_processor(self, dialect: Dialect) -> Any:
         if dialect.name != "sqlite":
             return super().bind_processor(dialect)
-        utc = timezone.utc
 
         # SQLite: this method and the dialect's text conversion after it (a dict-formatted
         # string) in one step, the same text: 'YYYY-MM-DD HH:MM:SS.ffffff', in UTC.  A small
@@ -70,10 +75,7 @@ class UTCDateTime(TypeDecorator[datetime]):
         def process(value: datetime | None) -> str | None:
             if value is None:
                 return None
-            if value.tzinfo is None or value.utcoffset() is None:
-                raise ValueError(
-                    f"naive datetime {value.isoformat()} (pass a timezone-aware one)")
-            return value.astimezone(utc).replace(tzinfo=None).isoformat(" ", "microseconds")
+            return _utc(value).replace(tzinfo=None).isoformat(" ", "microseconds")
 
         return process
 

@@ -400,9 +400,7 @@ class Follower:
         for f in unsynced:
             # All it left is recorded: the log can go (one a task failed in stays, for the
             # next attempt, by us or by the next recorder).
-            f.done = f.dead and not f.tasklog.entries and all(
-                w.done for w in f.tasklog.workflows.values()) and not any(
-                u.f is f for u in self._unspooled)  # (marks to come)
+            f.done = self._all_recorded(f)
             f.flush_marks()
         for f in unsynced:
             if f.done and self._files.get(f.tasklog.path) is f:
@@ -666,16 +664,23 @@ class Follower:
         return self._not_synced + self._unopened + sum(
             1 for f in self._files.values()
             if not f.dead or any(not e.failures for e in f.tasklog.entries.values())
-            or any(u.f is f for u in self._unspooled))
+            or self._spooling(f))
+
+    def _spooling(self, f: _Followed) -> bool:
+        """Events of its tasks wait for the spool (their marks are to come)."""
+        return any(u.f is f for u in self._unspooled)
+
+    def _all_recorded(self, f: _Followed) -> bool:
+        """Its producer is gone (or closed the log) and all the log holds is recorded."""
+        return (f.dead and not f.tasklog.entries and not self._spooling(f)
+                and all(w.done for w in f.tasklog.workflows.values()))
 
     def _settled(self, f: _Followed) -> bool:
         """Read to its end by a pass that found its producer gone, and all of it recorded:
         no line can come, and all that is left is the sync that marks it and lets it go.
         (Until then a log was read and looked over by every pass, ~4 a task.)"""
-        return (f.dead and not f.tasklog.entries and not f.unstarted and not f.begun
-                and self._unsynced.get(f.tasklog.path) is f
-                and all(w.done for w in f.tasklog.workflows.values())
-                and not any(u.f is f for u in self._unspooled))
+        return (self._unsynced.get(f.tasklog.path) is f and not f.unstarted and not f.begun
+                and self._all_recorded(f))
 
     def _advance(self, f: _Followed) -> None:
         j = f.tasklog
