@@ -389,6 +389,12 @@ class Store:
     def close(self) -> None:
         self._engine.dispose()
 
+    def reconnect(self) -> None:
+        """Let the pooled connections go: the next statement opens the store afresh.  A
+        store mended behind this process's back (a backup put back over a damaged one) is
+        then read as it is, not through a connection's pages and index of the damaged one."""
+        self._engine.dispose()
+
     def checkpoint(self) -> None:
         """Copy what the write-ahead log holds into the database, if anything was written
         since the last time (`idle_checkpoints`; else nothing to do).  Passive: waits for

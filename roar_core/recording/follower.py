@@ -252,6 +252,17 @@ class Follower:
                 self.sync()
         return done
 
+    def retry_now(self) -> None:
+        """Tasks whose recording failed are tried again by the next pass, not after their
+        pause: someone waits for everything to be recorded (`recorder.wait_recorded`).
+        The store is opened afresh for them: what failed them may have been mended."""
+        failed = [e for f in self._files.values() for e in f.tasklog.entries.values()
+                  if e.failures]
+        for e in failed:
+            e.retry_at = 0.0
+        if failed:
+            self.roar.store.reconnect()
+
     def _open_window(self) -> None:
         """What is spooled until the next `sync` is made durable there, once."""
         self._window = ExitStack()

@@ -215,7 +215,7 @@ def wait_recorded(directories: Sequence[Dir], deadline: float) -> list[Dir]:
     The directories waited on together; returns those not caught up by the deadline."""
     since = time.time()
     for directory in directories:
-        tasklog.poke(os.path.join(directory, tasklog.WAKE))
+        tasklog.poke(os.path.join(directory, tasklog.WAKE), tasklog.RETRY_NOW)
     left = list(directories)
     while True:
         left = [d for d in left if status_time(d) <= since and tasklog.log_paths(d)]
@@ -397,6 +397,9 @@ def main(argv: list[str]) -> int:
     try:
         while True:
             hinted = tasklog.drain_fifo(wake)
+            if tasklog.RETRY_NOW in hinted:
+                follower.retry_now()
+                hinted = [h for h in hinted if h != tasklog.RETRY_NOW]
             if _file_id(settings_path) != settings_id:
                 # A producer changed the settings (the CLI's, its configuration): what
                 # ended from now on is recorded with them.

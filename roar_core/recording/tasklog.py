@@ -64,6 +64,10 @@ VERSION = 1
 PREFIX = "tasks-"
 SUFFIX = ".jsonl"
 WAKE = "recorder.wake"  # a FIFO the recorder waits on between passes
+# A wake-up's note from a reader that waits for everything to be recorded: tasks whose
+# recording failed are tried again now, not after their pause (the reader may have mended
+# the store).  Never a task log's name (those hold no slash).
+RETRY_NOW = "/retry"
 READ_FIRST, READ_MAX = 1 << 16, 1 << 24  # a producer's reads of the recorder's marks
 WAIT_PREFIX = "wait-"  # FIFOs of producers waiting for one task, or for their whole log
 # The lines `TaskLog.read_results` reads: its own begins and the recorder's marks.

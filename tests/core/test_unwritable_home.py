@@ -168,6 +168,46 @@ def test_a_damaged_store_keeps_the_runs_and_flush_sends_what_was_spooled(
     assert len(kinds) == 8
 
 
+def test_a_store_mended_while_its_recorder_runs_is_used_by_the_next_reader(
+        tmp_path: Path) -> None:
+    """The recorder that failed to record a run in a damaged store is still running when the
+    store is mended: `show` has it try again at once, on the store as it is now (not after
+    its pause, and not through its connection's pages of the damaged file)."""
+    from roar_core.recording import recorder
+    from roar_core.recording.tasklog import TaskLog
+
+    cli = make_cli(tmp_path)
+    home = Path(cli.env["ROAR_HOME"])
+    cli.ok("run", "--wait", "--job", "before", "--", "true")
+    db = home / "lineage.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    saved = db.read_bytes()
+    db.write_bytes(saved[:4096] + bytes(len(saved) - 4096))
+    sessions = home / "sessions"
+    # A live producer's log: the recorder stays (with only failed runs left it would leave
+    # after RECORDER_IDLE_S, and the reader would record in its own process).
+    keeper = TaskLog(sessions)
+    try:
+        cli.ok("run", "--job", "after", "--", "sh", "-c", "echo x > after.txt")
+        deadline = time.monotonic() + 30
+        while not any(b'{"fail"' in p.read_bytes() for p in sessions.glob("tasks-*.jsonl")
+                      if p.name != Path(keeper.path).name):
+            assert time.monotonic() < deadline, "the recorder never tried the run"
+            time.sleep(0.05)
+        assert recorder.running(sessions)
+
+        db.write_bytes(saved)  # a backup put back
+        for name in ("lineage.db-wal", "lineage.db-shm"):
+            (home / name).unlink(missing_ok=True)
+        listing = cli.ok("show")
+        assert recorder.running(sessions)  # it recorded the run, not the reader
+    finally:
+        keeper.remove()
+        keeper.close()
+    assert "after" in listing.split() and "COMPLETE" in listing, listing
+
+
 READ_ONLY = r"""
 set -u
 home=$1 out=$2 roar=$3
