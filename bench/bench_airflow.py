@@ -16,6 +16,12 @@ task is inside it), its difference to `untraced`, and -- traced modes -- the tim
 spent on each task's critical path ("roar took", from the task logs: begin + end including
 the wait for the recorder process) and building the OpenLineage lineage for the provider.
 
+The baseline of that time: every task, in every mode, first times a fixed piece of CPU work
+with nothing of roar in it (`sum(range(n))`, n sized here, on an idle core, to take
+--window-ms), measured as roar's time is, in the task process under the same load.  On 2
+CPUs with 4 tasks at a time any short window is sometimes preempted: its p95 is the floor
+under the p95 of roar's time.
+
     python bench/bench_airflow.py [--runs 3] [--json bench/results/airflow.json]
 """
 
@@ -49,6 +55,11 @@ STEP = """
 def {name}(layer: int, i: int, parents: list) -> str:
     import os
 
+    import time
+
+    t0 = time.perf_counter()
+    sum(range({window}))  # the baseline's CPU window (see the module's docstring)
+    print(f"bench: CPU window took {{1e3 * (time.perf_counter() - t0):.3f}} ms")
     data = os.environ["BENCH_AIRFLOW_DATA"]
     acc = str(layer * 100 + i)
     for p in parents:
@@ -85,10 +96,21 @@ build(step_traced, "bench_traced")
 """
 
 
-def dag_file() -> str:
-    return (DAG_HEAD + STEP.format(deco="task", name="step_untraced")
-            + STEP.format(deco="task.roar", name="step_traced")
+def dag_file(window: int) -> str:
+    return (DAG_HEAD + STEP.format(deco="task", name="step_untraced", window=window)
+            + STEP.format(deco="task.roar", name="step_traced", window=window)
             + DAG_TAIL.format(layers=LAYERS, width=WIDTH))
+
+
+def window_size(ms: float) -> int:
+    """n for which sum(range(n)) takes `ms` here (the median of a few tries, idle)."""
+    n = 100_000
+    took = []
+    for _ in range(15):
+        t0 = time.perf_counter()
+        sum(range(n))
+        took.append(time.perf_counter() - t0)
+    return max(1, round(n * ms / (1e3 * statistics.median(took))))
 
 
 ROAR_TOOK = re.compile(r"roar: recorded .*?; roar took ([0-9.]+) ms")
@@ -96,6 +118,7 @@ ROAR_TOOK = re.compile(r"roar: recorded .*?; roar took ([0-9.]+) ms")
 ROAR_SPLIT = re.compile(
     r"roar: recorded .*?; roar took [0-9.]+ ms \(begin ([0-9.]+), end ([0-9.]+)\)")
 REPORTED = re.compile(r"roar: reported .*? to OpenLineage in ([0-9.]+) ms")
+WINDOW = re.compile(r"bench: CPU window took ([0-9.]+) ms")
 
 
 def _free_port() -> int:
@@ -105,13 +128,13 @@ def _free_port() -> int:
 
 
 class Deployment:
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, window: int):
         self.root = root
         self.home = root / "airflow"
         self.data = root / "data"
         self.data.mkdir(parents=True)
         (root / "dags").mkdir()
-        (root / "dags" / "bench_dag.py").write_text(dag_file())
+        (root / "dags" / "bench_dag.py").write_text(dag_file(window))
         self.port = _free_port()
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("AIRFLOW", "OPENLINEAGE", "ROAR_")) and k != "LD_PRELOAD"}
@@ -211,7 +234,8 @@ class Deployment:
                 "task_s": durations,
                 "roar_ms": [float(x) for x in ROAR_TOOK.findall(logs)],
                 "roar_split_ms": [(float(b), float(e)) for b, e in ROAR_SPLIT.findall(logs)],
-                "report_ms": [float(x) for x in REPORTED.findall(logs)]}
+                "report_ms": [float(x) for x in REPORTED.findall(logs)],
+                "window_ms": [float(x) for x in WINDOW.findall(logs)]}
 
 
 def _stats(values: list[float]) -> tuple[float, float]:
@@ -228,11 +252,14 @@ def main() -> None:
                     help="DAG runs in subprocess mode (slow: a Python process per task)")
     ap.add_argument("--json", help="also write the raw numbers here (for bench/report)")
     ap.add_argument("--keep", action="store_true", help="keep the temp deployment")
+    ap.add_argument("--window-ms", type=float, default=1.5,
+                    help="the baseline's CPU window (about roar's median time on the path)")
     args = ap.parse_args()
 
     load0 = os.getloadavg()[0]
     root = Path(tempfile.mkdtemp(prefix="roar-bench-airflow-"))
-    dep = Deployment(root)
+    window = window_size(args.window_ms)
+    dep = Deployment(root, window)
     results: dict[str, list[dict]] = {m: [] for m in
                                       ("untraced", "subprocess", "boundary", "ambient")}
     try:
@@ -322,6 +349,11 @@ def main() -> None:
             print(f"  {row['mode']}: roar on task path, median / p95: begin {b_med:.1f} / "
                   f"{b_p95:.1f} ms, end (with the wait for the recorder's answer) "
                   f"{e_med:.1f} / {e_p95:.1f} ms")
+    for row in rows:  # the baseline: a CPU window with nothing of roar in it
+        w_med, w_p95 = _stats([x for r in row["runs"] for x in r.get("window_ms", [])])
+        if w_med == w_med:
+            print(f"  {row['mode']}: a {args.window_ms:.1f} ms CPU window in each task "
+                  f"(no roar in it), median / p95: {w_med:.1f} / {w_p95:.1f} ms")
 
     def ms(mode: str, key: str) -> list[float]:
         scale = 1e3 if key == "task_s" else 1.0
@@ -336,8 +368,11 @@ def main() -> None:
                          "ms", ("@task, plain scheduler", ms("untraced", "task_s")),
                          [(labels[m], ms(m, "task_s")) for m in labels]),
         bench_results.scenario("Airflow: roar's own time on the task path", "ms", None,
-                         [(labels[m], ms(m, "roar_ms")) for m in labels],
-                         "measured inside each task process"),
+                         [(f"for comparison: a {args.window_ms:.1f} ms CPU window with no "
+                           "roar in it, @task, plain scheduler", ms("untraced", "window_ms")),
+                          *[(labels[m], ms(m, "roar_ms")) for m in labels]],
+                         "measured inside each task process (the CPU window: a fixed piece "
+                         "of work, timed the same way under the same load)"),
     ])
 
 
