@@ -128,6 +128,24 @@ def test_full_and_read_only_home(tmp_path: Path) -> None:
             f"blake3:{truth}"
 
 
+def _damage(home: Path) -> bytes:
+    """Zero every page of the home's store but the first (SQLite opens it, and nothing in it
+    can be read); returns its bytes as they were, a backup."""
+    db = home / "lineage.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    saved = db.read_bytes()
+    db.write_bytes(saved[:4096] + bytes(len(saved) - 4096))
+    return saved
+
+
+def _mend(home: Path, saved: bytes) -> None:
+    """The backup put back over the damaged store, its write-ahead log gone."""
+    (home / "lineage.db").write_bytes(saved)
+    for name in ("lineage.db-wal", "lineage.db-shm"):
+        (home / name).unlink(missing_ok=True)
+
+
 def test_a_damaged_store_keeps_the_runs_and_flush_sends_what_was_spooled(
         tmp_path: Path) -> None:
     cli = make_cli(tmp_path)
@@ -136,12 +154,7 @@ def test_a_damaged_store_keeps_the_runs_and_flush_sends_what_was_spooled(
     for i in range(3):
         proc = cli("run", "--wait", "--job", f"before{i}", "--", "true", env=down)
         assert proc.returncode == 0, proc.stderr
-    db = home / "lineage.db"
-    with sqlite3.connect(db) as conn:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    saved = db.read_bytes()
-    # Zero every page but the first: SQLite opens it, and nothing in it can be read.
-    db.write_bytes(saved[:4096] + bytes(len(saved) - 4096))
+    saved = _damage(home)
 
     proc = cli("run", "--job", "after", "--", "sh", "-c", "echo x > after.txt", env=down)
     assert proc.returncode == 0 and (cli.cwd / "after.txt").exists(), proc.stderr
@@ -155,9 +168,7 @@ def test_a_damaged_store_keeps_the_runs_and_flush_sends_what_was_spooled(
     assert flushed.stdout == b"sent 6, pending 0\n", flushed.stdout + flushed.stderr
     assert b"stay so" in flushed.stderr  # one warning: the run is kept, not dropped
 
-    db.write_bytes(saved)  # repaired (a backup put back)
-    for name in ("lineage.db-wal", "lineage.db-shm"):
-        (home / name).unlink(missing_ok=True)
+    _mend(home, saved)
     listing = cli.ok("show")
     assert "after" in listing.split() and "COMPLETE" in listing, listing
     assert cli.ok("flush").endswith("pending 0\n")
@@ -179,11 +190,7 @@ def test_a_store_mended_while_its_recorder_runs_is_used_by_the_next_reader(
     cli = make_cli(tmp_path)
     home = Path(cli.env["ROAR_HOME"])
     cli.ok("run", "--wait", "--job", "before", "--", "true")
-    db = home / "lineage.db"
-    with sqlite3.connect(db) as conn:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    saved = db.read_bytes()
-    db.write_bytes(saved[:4096] + bytes(len(saved) - 4096))
+    saved = _damage(home)
     sessions = home / "sessions"
     # A live producer's log: the recorder stays (with only failed runs left it would leave
     # after RECORDER_IDLE_S, and the reader would record in its own process).
@@ -197,9 +204,7 @@ def test_a_store_mended_while_its_recorder_runs_is_used_by_the_next_reader(
             time.sleep(0.05)
         assert recorder.running(sessions)
 
-        db.write_bytes(saved)  # a backup put back
-        for name in ("lineage.db-wal", "lineage.db-shm"):
-            (home / name).unlink(missing_ok=True)
+        _mend(home, saved)
         listing = cli.ok("show")
         assert recorder.running(sessions)  # it recorded the run, not the reader
     finally:
