@@ -184,3 +184,84 @@ def test_plugin_warms_only_a_traced_process(airflow_home: AirflowHome, tmp_path:
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                              text=True, check=True, cwd=tmp_path)
         assert out.stdout.strip().splitlines()[-1] == expected, out.stderr[-2000:]
+
+
+def test_roar_takes_the_answer_in_the_task_process_before_the_provider_asks(
+        airflow_home: AirflowHome, tmp_path: Path) -> None:
+    """At Airflow's end of a task, roar's listener is called before the OpenLineage
+    provider's, and takes the recorder's answer in the task process if it has come: the
+    provider's request, from the child it forks, finds the lineage there.  If the answer has
+    not come, the listener goes on at once (the provider's request waits for it)."""
+    order = textwrap.dedent("""
+        import json
+        from airflow.sdk.listener import get_listener_manager
+        impls = get_listener_manager().hook.on_task_instance_success.get_hookimpls()
+        print(json.dumps([getattr(i.plugin, "__name__", type(i.plugin).__name__)
+                          for i in reversed(impls)]))  # (pluggy calls the last one first)
+    """)
+    out = subprocess.run([sys.executable, "-c", order], env=airflow_home.env(tmp_path),
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert out.stdout.strip(), out.stderr[-2000:]
+    called = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "roar_airflow.plugins.listener" in called, out.stderr[-2000:]
+    assert "OpenLineageListener" in called, called
+    assert called.index("roar_airflow.plugins.listener") < called.index("OpenLineageListener")
+
+    task = textwrap.dedent("""
+        import os, select, sys
+        from datetime import datetime, timezone
+        from types import SimpleNamespace
+        from roar_airflow.hooks.roar import Mode, RoarHook, TaskRun
+        from roar_airflow.operators.roar import RoarBashOperator
+        from roar_airflow.plugins import listener
+        from roar_core.recording import tasklog
+
+        data = sys.argv[1]
+        op = RoarBashOperator(task_id="produce", bash_command="true")
+        ti = SimpleNamespace(dag_id="answers", task_id="produce", try_number=1, map_index=-1,
+                             id="0190b6e0-0000-7000-8000-000000000001", task=op)
+        dag_run = SimpleNamespace(dag_id="answers", run_after=None, clear_number=0,
+                                  logical_date=datetime(2024, 1, 1, tzinfo=timezone.utc))
+        context = {"ti": ti, "dag_run": dag_run, "task": op, "params": {}}
+        hook = RoarHook()
+        mode, _ = hook.mode()
+        run = op._roar_run = hook.begin(context, mode)
+        with open(os.path.join(data, "answer.txt"), "w") as f:
+            f.write("answered")
+        hook.end(run, "COMPLETE", wait=False)
+        fifo = os.path.join(run.directory, tasklog.WAIT_PREFIX + run.run_id)
+        print("said:", mode.value, run.result is None, os.path.exists(fifo))
+        select.select([run.answer_fd], [], [], 30)  # the recorder has answered
+        listener.on_task_instance_success(previous_state=None, task_instance=ti)
+        print("said:", run.result is not None and run.result.ok, run.answer_fd is None,
+              os.path.exists(fifo), [d.name for d in run.result.outputs])
+        r, w = os.pipe()
+        if os.fork() == 0:  # the provider's request, from the child it forks
+            lineage = op.get_openlineage_facets_on_complete(ti)
+            os.write(w, repr([d.name for d in lineage.outputs]).encode())
+            os._exit(0)
+        os.wait()
+        print("said:", os.read(r, 65536).decode())
+
+        # A task whose answer has not come: nothing taken, nothing waited for.
+        fd = tasklog._mkfifo(os.path.join(run.directory, tasklog.WAIT_PREFIX + "late"))
+        late = RoarBashOperator(task_id="late", bash_command="true")
+        late._roar_run = TaskRun(run.ident, Mode.BOUNDARY, run.directory, answer_fd=fd)
+        listener.on_task_instance_success(previous_state=None,
+                                          task_instance=SimpleNamespace(task=late))
+        print("said:", late._roar_run.result is None, late._roar_run.answer_fd == fd)
+    """)
+    env = preloaded(airflow_home.env(tmp_path))
+    data = env["ROAR_TEST_AIRFLOW_DATA"]
+    try:
+        out = subprocess.run([sys.executable, "-c", task, data], env=env, capture_output=True,
+                             text=True, cwd=tmp_path, timeout=120)
+    finally:
+        stop_recorder_services(tmp_path)
+    lines = [x[len("said: "):] for x in out.stdout.splitlines() if x.startswith("said: ")]
+    assert len(lines) == 4, out.stdout[-3000:] + out.stderr[-3000:]
+    written = str(Path(data) / "answer.txt")
+    assert lines[-4] == "boundary True True"  # ended: the answer not taken yet
+    assert lines[-3] == f"True True False {[written]!r}"  # taken by the listener
+    assert lines[-2] == repr([written])  # what the provider's request got
+    assert lines[-1] == "True True"

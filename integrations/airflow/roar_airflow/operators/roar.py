@@ -112,6 +112,7 @@ class RoarOperatorMixin(BaseOperator):
         r = run.result
         if r is None:
             return
+        run.logged = True
         if r.error:
             self.log.error("roar: lineage not recorded: %s", r.error)
             return
@@ -133,10 +134,18 @@ class RoarOperatorMixin(BaseOperator):
     def get_openlineage_facets_on_failure(self, task_instance: Any) -> OperatorLineage:
         return self._roar_lineage()  # what the task did before it failed
 
-    def _roar_lineage(self) -> OperatorLineage:
+    def roar_take_answer(self) -> None:
+        """Roar's listener, at Airflow's end of the task: take the lineage now if it is
+        there (`RoarHook.take_answer`); the provider's request, in its child, then finds it."""
         run = self._roar_run
         if run is not None and run.result is None:
-            RoarHook(logger_name=self.log.name).answer(run, timeout=provider_wait_s())
+            RoarHook(logger_name=self.log.name).take_answer(run)
+
+    def _roar_lineage(self) -> OperatorLineage:
+        run = self._roar_run
+        if run is not None and not run.logged:
+            if run.result is None:
+                RoarHook(logger_name=self.log.name).answer(run, timeout=provider_wait_s())
             self._roar_log(run)
         t0 = time.perf_counter()
         lineage = operator_lineage(run)

@@ -28,7 +28,6 @@ def warm() -> bool:
 
         if tracer.loaded() is None:
             return False
-        from pathlib import Path
 
         import roar_core.ids  # noqa: F401
         import roar_core.pipeline.emission  # noqa: F401  (the provider's listener asks for lineage)
@@ -40,7 +39,7 @@ def warm() -> bool:
 
         settings()  # plain data: the same for every task this worker forks
         _config()
-        write_settings(Path(os.environ["ROAR_SESSION_DIR"]))
+        write_settings(os.environ["ROAR_SESSION_DIR"])  # as the tasks name it
         roar_core.pipeline.emission.producer()  # reads package metadata: ~10 ms the first time
     except Exception:  # a warm-up must never break the scheduler
         log.debug("roar: warm-up failed", exc_info=True)
