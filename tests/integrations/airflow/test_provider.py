@@ -172,18 +172,41 @@ def test_lineage_the_provider_never_asks_for_is_stored_and_nothing_waits(
 
 def test_plugin_warms_only_a_traced_process(airflow_home: AirflowHome, tmp_path: Path) -> None:
     """Loaded in the scheduler, the plugin imports the task path there when the scheduler
-    runs with the tracer, and writes its session's recorder settings, so forked tasks
-    inherit both; elsewhere it does nothing."""
-    code = ("import os, sys; from airflow.plugins_manager import ensure_plugins_loaded as f; "
-            "f(); from roar_airflow.plugins.roar import WARM; "
-            "d = os.environ.get('ROAR_SESSION_DIR'); "
-            "print(WARM, 'roar_core.recording.tasklog' in sys.modules, "
-            "bool(d) and os.path.exists(os.path.join(d, 'recorder.json')))")
-    plain = airflow_home.env(tmp_path)
-    for env, expected in ((plain, "False False False"), (preloaded(plain), "True True True")):
+    runs with the tracer, writes its session's recorder settings and rehearses a task's
+    begin and end, so forked tasks inherit all three; elsewhere it does nothing.  The
+    rehearsal leaves nothing behind: no file, no task log, no recorder."""
+    code = textwrap.dedent("""
+        import os, sys, tempfile
+        from airflow.plugins_manager import ensure_plugins_loaded
+        ensure_plugins_loaded()
+        from roar_airflow.plugins.roar import WARM
+        d = os.environ.get("ROAR_SESSION_DIR")
+        made = sorted(os.listdir(d)) if d and os.path.isdir(d) else []
+        print(WARM, "roar_core.recording.tasklog" in sys.modules,
+              bool(d) and os.path.exists(os.path.join(d, "recorder.json")),
+              [n for n in made if not n.startswith("roar-")],  # (the tracer's own logs)
+              os.listdir(tempfile.gettempdir()))
+        if d:
+            from roar_core.pipeline import tracelog, tracer
+            from roar_core.recording import recorder
+            print("recorder running:", recorder.running(d))
+            tracer.loaded().flush()
+            scratch = ("roar-" + "rehearsal-").encode()  # (not this code's own text)
+            seen = [r.path for log in tracelog.read_session(d).logs for r in log.records
+                    if scratch in r.path + r.path2]
+            print("rehearsal traced:", seen)
+    """)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    plain = airflow_home.env(tmp_path, TMPDIR=str(tmp))
+    for env, expected in ((plain, "False False False [] []"),
+                          (preloaded(plain), "True True True ['recorder.json'] []")):
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                              text=True, check=True, cwd=tmp_path)
-        assert out.stdout.strip().splitlines()[-1] == expected, out.stderr[-2000:]
+        lines = out.stdout.strip().splitlines()
+        assert expected in lines, out.stdout[-2000:] + out.stderr[-2000:]
+        assert "recorder running: True" not in lines
+        assert not any(x.startswith("rehearsal traced: [b") for x in lines), lines
 
 
 def test_roar_takes_the_answer_in_the_task_process_before_the_provider_asks(

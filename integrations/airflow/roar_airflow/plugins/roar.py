@@ -23,6 +23,8 @@ def warm() -> bool:
     if not os.environ.get("ROAR_SESSION_DIR") or "libroar_preload" not in os.environ.get(
             "LD_PRELOAD", ""):
         return False
+    if os.environ.get("ROAR_TASK_TAG"):
+        return False  # one task's own traced process (subprocess mode): it forks no tasks
     try:
         from roar_core.pipeline import tracer
 
@@ -35,11 +37,12 @@ def warm() -> bool:
         import roar_core.recording.recorder  # noqa: F401
         import roar_core.recording.tasklog  # noqa: F401
         from roar_airflow.decorators import roar  # noqa: F401  (operators, hook)
-        from roar_airflow.hooks.roar import _config, settings, write_settings
+        from roar_airflow.hooks.roar import _config, rehearse, settings, write_settings
 
         settings()  # plain data: the same for every task this worker forks
         _config()
         write_settings(os.environ["ROAR_SESSION_DIR"])  # as the tasks name it
+        rehearse()  # the task path's code run here, not first in every task (its docstring)
         roar_core.pipeline.emission.producer()  # reads package metadata: ~10 ms the first time
     except Exception:  # a warm-up must never break the scheduler
         log.debug("roar: warm-up failed", exc_info=True)
