@@ -162,11 +162,13 @@ def test_parent_is_the_dag_run(etl: EtlRun) -> None:
 
 def test_roar_facets_and_mode(etl: EtlRun) -> None:
     log = etl.proc.stdout + etl.proc.stderr
-    assert f"roar: {etl.mode} mode" in log
     if etl.mode == "subprocess":
+        assert "roar: subprocess mode" in log  # said as the task begins, with the advice
         assert "runs in a traced subprocess" in log
     else:
-        assert "recorder); roar took" in log  # recorded by the session's recorder process
+        assert "roar: subprocess mode" not in log  # said with the lineage:
+        # recorded by the session's recorder process
+        assert f"{etl.mode} mode, recorder); roar took" in log
         # Its time on the task path, split into the begin and the end (with the wait for
         # the recorder's answer), as bench_airflow reports it: the parts make the whole.
         took = re.findall(r"roar took ([0-9.]+) ms \(begin ([0-9.]+), end ([0-9.]+)\)", log)

@@ -196,7 +196,7 @@ def test_task_processes_traced_in_place(deployment: Deployment, produced) -> Non
                      *logs.glob(f"dag_id={CONSUMER}/**/*.log")]:
         text = task_log.read_text()
         if "roar:" in text:
-            assert "roar: boundary mode" in text, task_log
+            assert "boundary mode" in text and "roar: subprocess mode" not in text, task_log
     for ev in events:
         validate_provider_event(ev)
 
