@@ -359,9 +359,9 @@ def _rehearse(times: int) -> None:
     namespace = _config().namespace
     hook = shared_hook()
     scratch = tempfile.mkdtemp(prefix="roar-rehearsal-")
+    held = os.open(os.path.join(scratch, recorder.LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+                   0o600)
     try:
-        held = os.open(os.path.join(scratch, recorder.LOCK), os.O_RDWR | os.O_CREAT
-                       | os.O_CLOEXEC, 0o600)
         fcntl.flock(held, fcntl.LOCK_EX)  # as a running recorder holds its directory's
         for _ in range(times):
             hook.mode()
@@ -374,8 +374,8 @@ def _rehearse(times: int) -> None:
             fd = tasks.ended(ident.run_id, "COMPLETE", wait=True, early=True, left=left)
             tasks.wait_for(ident.run_id, fd, 0)
             tasks.close()
-        os.close(held)
     finally:
+        os.close(held)
         shutil.rmtree(scratch, ignore_errors=True)
 
 
