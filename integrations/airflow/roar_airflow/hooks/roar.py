@@ -40,7 +40,6 @@ import os
 import select
 import shutil
 import tempfile
-import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -108,8 +107,11 @@ class TaskRun:
     directory: str
     result: Result | None = None  # its recorded lineage, once ended
     session: Path | None = None  # the task's own session dir (subprocess mode)
-    roar_seconds: float = 0.0  # time roar spent on the task's critical path
-    begin_seconds: float = 0.0  # of which at its begin (the rest: its end, the answer's wait)
+    # Time roar spent on the task's critical path, timed by the operator (all of roar's work
+    # there, the hook's calls among it); of which at its begin (the rest: its end, the
+    # answer's wait).
+    roar_seconds: float = 0.0
+    begin_seconds: float = 0.0
     recorded_by: str = "recorder"
     status: str | None = None  # as it ended
     log_from: tuple[str, int] | None = None  # the shim's log and where the task began in it
@@ -176,7 +178,6 @@ class RoarHook(BaseHook):
         from roar_core.pipeline import tracer
         from roar_core.recording import recorder, tasklog
 
-        t0 = time.perf_counter()
         cfg = _config()
         ident = task_identity(context, cfg.namespace)
         if mode is Mode.BOUNDARY:
@@ -200,8 +201,6 @@ class RoarHook(BaseHook):
         if mode is Mode.BOUNDARY:
             run.log_from = tasklog.trace_mark()
             tracer.loaded().begin(ident.run_id)
-        run.begin_seconds = time.perf_counter() - t0
-        run.roar_seconds += run.begin_seconds
         return run
 
     def child_env(self, run: TaskRun, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -218,7 +217,6 @@ class RoarHook(BaseHook):
         False: where the task's files can be checked later, wait for it only in `answer`
         (the provider asks for it after Airflow's own end of the task, which the recorder's
         work overlaps); else, and with `wait`, now."""
-        t0 = time.perf_counter()
         left = None
         if run.mode is Mode.BOUNDARY:
             from roar_core.pipeline import tracer
@@ -232,7 +230,6 @@ class RoarHook(BaseHook):
         # Early: the provider needs the lineage, not the store's commit of it.
         run.answer_fd = tasks.ended(run.run_id, status, error=error, wait=True, early=True,
                                     left=left)
-        run.roar_seconds += time.perf_counter() - t0
         if left is None:
             # The recorder must take the versions before Airflow hears of the task's end
             # (and may start a task that rewrites them): the task waits for them now.
@@ -250,10 +247,7 @@ class RoarHook(BaseHook):
         not answered yet (the provider's request waits for it)."""
         if run.result is not None:
             return True
-        t0 = time.perf_counter()
-        ready = run.answer_fd is not None and select.select([run.answer_fd], [], [], 0)[0]
-        run.roar_seconds += time.perf_counter() - t0
-        if not ready:
+        if run.answer_fd is None or not select.select([run.answer_fd], [], [], 0)[0]:
             return False
         self.answer(run, timeout=0)
         return True
@@ -266,7 +260,6 @@ class RoarHook(BaseHook):
 
         if run.result is not None:
             return run.result
-        t0 = time.perf_counter()
         tasks = run.ended_in or _task_log(run.directory)
         fd, run.answer_fd = run.answer_fd, None
         _UNANSWERED.pop(run.run_id, None)
@@ -285,7 +278,6 @@ class RoarHook(BaseHook):
         run.result = Result(found) if found is not None else Result.failed(
             run.status or "FAIL", f"not recorded within {timeout:.0f} s (the recorder records "
             "it later; see recorder.log in the session)")
-        run.roar_seconds += time.perf_counter() - t0
         return run.result
 
 

@@ -84,8 +84,7 @@ class RoarOperatorMixin(BaseOperator):
             self.log.error("roar: cannot trace this task, it runs untraced: %s: %s",
                            type(e).__name__, e, exc_info=True)
             return self.roar_execute(context, None)
-        # roar's time on the task's path: all of it, not only what the hook timed of it (here
-        # also asking for the mode and saying it in the log)
+        # roar's time on the task's path: all of it, here with the mode and its log line
         run.roar_seconds = run.begin_seconds = time.perf_counter() - t0
         try:
             result = self.roar_execute(context, run)
@@ -110,21 +109,20 @@ class RoarOperatorMixin(BaseOperator):
         # The provider asks for the lineage once Airflow has sent the task's XCom and state:
         # the task may wait for it then, not now (the hook says whether it can).  Its asset
         # events are needed now, and without the provider nobody asks.
-        t0, before = time.perf_counter(), run.roar_seconds
+        t0 = time.perf_counter()
         wait = bool(self.roar_asset_alias) or not provider_emits()
         try:
             hook.end(run, status, error=error, wait=wait)
-            run.roar_seconds = before + time.perf_counter() - t0
         except Exception as e:  # lineage must never fail the task
             self.log.error("roar: lineage of this task lost: %s: %s", type(e).__name__, e,
                            exc_info=True)
             return
-        if run.result is not None:
-            self._roar_log(run)
-        else:
+        if run.result is None:
             self.log.debug("roar: ended; the recorder takes the task's versions while Airflow "
                            "ends it (files changed before it does are recorded as unknown)")
-            run.roar_seconds = before + time.perf_counter() - t0
+        run.roar_seconds += time.perf_counter() - t0
+        if run.result is not None:
+            self._roar_log(run)
 
     def _roar_log(self, run: TaskRun) -> None:
         r = run.result
@@ -157,17 +155,17 @@ class RoarOperatorMixin(BaseOperator):
         there (`RoarHook.take_answer`); the provider's request, in its child, then finds it."""
         run = self._roar_run
         if run is not None and run.result is None:
-            t0, before = time.perf_counter(), run.roar_seconds
+            t0 = time.perf_counter()
             shared_hook().take_answer(run)
-            run.roar_seconds = before + time.perf_counter() - t0
+            run.roar_seconds += time.perf_counter() - t0
 
     def _roar_lineage(self) -> OperatorLineage:
         run = self._roar_run
         if run is not None and not run.logged:
             if run.result is None:
-                t0, before = time.perf_counter(), run.roar_seconds
+                t0 = time.perf_counter()
                 shared_hook().answer(run, timeout=provider_wait_s())
-                run.roar_seconds = before + time.perf_counter() - t0
+                run.roar_seconds += time.perf_counter() - t0
             self._roar_log(run)
         t0 = time.perf_counter()
         lineage = operator_lineage(run)
