@@ -188,6 +188,8 @@ def test_plugin_warms_only_a_traced_process(airflow_home: AirflowHome, tmp_path:
               bool(d) and os.path.exists(os.path.join(d, "recorder.json")),
               [n for n in made if not n.startswith("roar-")],  # (the tracer's own logs)
               os.listdir(tempfile.gettempdir()))
+        from roar_airflow.hooks import roar as hooks
+        print("made here:", hooks._OWN_RUN_IDS, hooks.shared_hook()._warm is not None)
         if d:
             from roar_core.pipeline import tracelog, tracer
             from roar_core.recording import recorder
@@ -201,14 +203,58 @@ def test_plugin_warms_only_a_traced_process(airflow_home: AirflowHome, tmp_path:
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     plain = airflow_home.env(tmp_path, TMPDIR=str(tmp))
-    for env, expected in ((plain, "False False False [] []"),
-                          (preloaded(plain), "True True True ['recorder.json'] []")):
+    for env, expected, made_here in (
+            (plain, "False False False [] []", "made here: False False"),
+            (preloaded(plain), "True True True ['recorder.json'] []", "made here: True True")):
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                              text=True, check=True, cwd=tmp_path)
         lines = out.stdout.strip().splitlines()
         assert expected in lines, out.stdout[-2000:] + out.stderr[-2000:]
+        # The run ids and the mode its task processes take from the warm-up
+        assert made_here in lines, lines
         assert "recorder running: True" not in lines
         assert not any(x.startswith("rehearsal traced: [b") for x in lines), lines
+
+
+def test_run_ids_made_here_are_the_providers(airflow_home: AirflowHome,
+                                            tmp_path: Path) -> None:
+    """A warmed-up worker's task processes make the provider's OpenLineage run ids
+    themselves (CPython's SHA-1, not OpenSSL's), only where the warm-up found them to be
+    the provider's; they are, for DAG runs and task instances of any date, time zone,
+    clear number, try and map index.  Made any other way (a provider that changed), the
+    check says so and the provider makes them."""
+    code = textwrap.dedent("""
+        import random
+        from datetime import datetime, timedelta, timezone
+        from airflow.providers.openlineage.plugins.adapter import OpenLineageAdapter as A
+        import roar_airflow.hooks.roar as h
+
+        def providers(dag, date, clear, task):
+            return (str(A.build_dag_run_id(dag_id=dag, logical_date=date,
+                                           clear_number=clear)),
+                    str(A.build_task_instance_run_id(
+                        dag_id=dag, task_id=task[0], try_number=task[1],
+                        logical_date=date, map_index=task[2])))
+
+        assert not h._OWN_RUN_IDS  # (no warm-up here)
+        assert h.check_run_ids() and h._OWN_RUN_IDS
+        rnd = random.Random(7)
+        for i in range(3000):
+            date = datetime(1990, 1, 1, tzinfo=timezone.utc) + timedelta(
+                seconds=rnd.random() * 2e9, microseconds=rnd.randrange(10**6))
+            date = date.astimezone(timezone(timedelta(minutes=rnd.randrange(-720, 720))))
+            args = (f"dag_{rnd.randrange(10**9)}.é", date, rnd.randrange(4),
+                    (f"t-{i}", rnd.randrange(1, 9), rnd.randrange(-1, 99)))
+            assert h.run_ids(*args) == providers(*args), (args, h.run_ids(*args))
+        mine = h._static_uuid
+        h._static_uuid = lambda instant, data: mine(instant, data + ".")
+        assert not h.check_run_ids()
+        assert h.run_ids(*args) == providers(*args)
+        print("checked")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], env=airflow_home.env(tmp_path),
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert out.stdout.strip().endswith("checked"), out.stdout[-2000:] + out.stderr[-3000:]
 
 
 def test_roar_takes_the_answer_in_the_task_process_before_the_provider_asks(

@@ -41,7 +41,7 @@ import select
 import shutil
 import tempfile
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -156,8 +156,37 @@ class RoarHook(BaseHook):
 
     # ---- mode ------------------------------------------------------------------------
 
+    # What a warmed-up worker found: its pid, its mode and its tracer session.  The task
+    # processes it forks, whose environment is its own, take them as theirs: looking
+    # again, at os.environ, first touched ~25 pages of the worker's memory in each.
+    _warm: tuple[int, tuple[Mode, str], str] | None = None
+
     def mode(self) -> tuple[Mode, str]:
         """How this task can be traced here, and a sentence saying why (for the task log)."""
+        warm = self._warm
+        if warm is not None and warm[0] != os.getpid():
+            return warm[1]
+        return self._mode()
+
+    def remember(self) -> None:
+        """Keep this worker's mode and session for the task processes it forks (its
+        warm-up, in boundary mode)."""
+        from roar_core.pipeline import tracer
+
+        mode = self._mode()
+        if mode[0] is Mode.BOUNDARY:
+            self._warm = (os.getpid(), mode, os.environ[tracer.ENV_SESSION])
+
+    def _session(self) -> str:
+        """The tracer's session, where a task in boundary mode logs."""
+        warm = self._warm
+        if warm is not None and warm[0] != os.getpid():
+            return warm[2]
+        from roar_core.pipeline import tracer
+
+        return os.environ[tracer.ENV_SESSION]
+
+    def _mode(self) -> tuple[Mode, str]:
         from roar_core.pipeline import tracer
 
         if _config().disabled:
@@ -181,7 +210,7 @@ class RoarHook(BaseHook):
         cfg = _config()
         ident = task_identity(context, cfg.namespace)
         if mode is Mode.BOUNDARY:
-            directory = os.environ[tracer.ENV_SESSION]
+            directory = self._session()
         else:
             # The host's session for tasks of workers started without the tracer.
             directory = os.path.join(cfg.sessions_dir, f"airflow-{host_name()}")
@@ -350,6 +379,8 @@ def _rehearse(times: int) -> None:
     }
     namespace = _config().namespace
     hook = shared_hook()
+    hook.remember()
+    check_run_ids()
     scratch = tempfile.mkdtemp(prefix="roar-rehearsal-")
     held = os.open(os.path.join(scratch, recorder.LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
                    0o600)
@@ -441,7 +472,8 @@ def _task_log(directory: str | Path) -> TaskLog:
     if _TASKS is None or _TASKS[0] != os.getpid() or _TASKS[1] != str(directory):
         from roar_core.recording.tasklog import TaskLog
 
-        tasks = TaskLog(directory)  # (the recorder is started after: settings first)
+        # (the recorder is started after: settings first)
+        tasks = TaskLog(directory, head_with_first=True)  # (its first line: the task's begin)
         write_settings(directory, again=tasks.made_directory)
         _TASKS = (os.getpid(), str(directory), tasks)
     return _TASKS[2]
@@ -475,11 +507,79 @@ _SETTINGS_WRITTEN: set[str] = set()
 
 def _dag_run_id(dag_id: str, dag_run: Any) -> str:
     """The provider's run id of a DAG run: roar's workflow run for it."""
-    from airflow.providers.openlineage.plugins.adapter import OpenLineageAdapter
+    return run_ids(dag_id, dag_run.logical_date or dag_run.run_after,
+                   getattr(dag_run, "clear_number", 0))[0]
 
-    return str(OpenLineageAdapter.build_dag_run_id(
-        dag_id=dag_id, logical_date=dag_run.logical_date or dag_run.run_after,
-        clear_number=getattr(dag_run, "clear_number", 0)))
+
+def run_ids(dag_id: str, date: datetime, clear_number: int,
+            task: tuple[str, int, int] | None = None) -> tuple[str, str | None]:
+    """The provider's OpenLineage run ids of a DAG run and, given `task` (task id, try
+    number, map index), of that task instance in it."""
+    if _OWN_RUN_IDS:
+        from airflow.providers.openlineage import conf as ol_conf
+
+        return _own_run_ids(ol_conf.namespace(), dag_id, date, clear_number, task)
+    from airflow.providers.openlineage.plugins.adapter import OpenLineageAdapter as adapter
+
+    dag_run = str(adapter.build_dag_run_id(dag_id=dag_id, logical_date=date,
+                                           clear_number=clear_number))
+    if task is None:
+        return dag_run, None
+    task_id, try_number, map_index = task
+    return dag_run, str(adapter.build_task_instance_run_id(
+        dag_id=dag_id, task_id=task_id, try_number=try_number, logical_date=date,
+        map_index=map_index))
+
+
+# The run ids made here, not by the provider: set by a worker's warm-up where they are the
+# provider's (`check_run_ids`).  The provider's take SHA-1 from hashlib, OpenSSL's, whose
+# first use in a task process just forked took ~0.15 ms (its method store's locks and
+# counts first touched); CPython's own SHA-1 (`_sha1`) gives the same digest in ~0.03.
+_OWN_RUN_IDS = False
+
+
+def check_run_ids() -> bool:
+    """Make the run ids here from now on if, on a few made-up tasks, they are the
+    provider's (else, or without CPython's SHA-1, the provider makes them)."""
+    global _OWN_RUN_IDS
+    _OWN_RUN_IDS = False
+    samples = [("roar_check", datetime.now(timezone.utc), 0, ("task", 1, -1)),
+               ("dag.é-1", datetime(2024, 2, 29, 23, 59, 59, 999999,
+                                    tzinfo=timezone(timedelta(hours=-5))), 3, ("t.x", 4, 17))]
+    try:
+        from airflow.providers.openlineage import conf as ol_conf
+
+        ours = [_own_run_ids(ol_conf.namespace(), *x) for x in samples]
+        _OWN_RUN_IDS = ours == [run_ids(*x) for x in samples]
+    except Exception:  # (no _sha1 in this Python, a provider that changed): the provider's
+        _OWN_RUN_IDS = False
+    return _OWN_RUN_IDS
+
+
+def _own_run_ids(namespace: str, dag_id: str, date: datetime, clear_number: int,
+                 task: tuple[str, int, int] | None) -> tuple[str, str | None]:
+    """As the provider makes them (airflow.providers.openlineage.utils.utils
+    .build_dag_run_ol_run_id, build_task_instance_ol_run_id)."""
+    dag_run = _static_uuid(date, f"{namespace}.{dag_id}.{clear_number}")
+    if task is None:
+        return dag_run, None
+    task_id, try_number, map_index = task
+    return dag_run, _static_uuid(
+        date, f"{namespace}.{dag_id}.{task_id}.{try_number}.{map_index}")
+
+
+def _static_uuid(instant: datetime, data: str) -> str:
+    """openlineage.client.uuid.generate_static_uuid(instant, data.encode()), as a string:
+    a UUIDv7 of the instant's milliseconds whose other bits are SHA-1's of the instant
+    and the data."""
+    from _sha1 import sha1
+
+    utc = instant.astimezone(timezone.utc)
+    node = int.from_bytes(sha1((utc.isoformat() + data).encode()).digest()[:10], "big") >> 4
+    n = (int(utc.timestamp() * 1000) & 0xFFFF_FFFF_FFFF) << 80 | node
+    n = (n & ~(0xF000 << 64) | 7 << 76) & ~(0xC000 << 48) | 0x8000 << 48  # version, variant
+    h = f"{n:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def finish_dag_run(dag_run: Any, status: str) -> None:
@@ -501,17 +601,13 @@ def finish_dag_run(dag_run: Any, status: str) -> None:
 
 def task_identity(context: Any, namespace: str) -> TaskIdentity:
     """The provider's names for this task instance and its DAG run (same UUIDs)."""
-    from airflow.providers.openlineage.plugins.adapter import OpenLineageAdapter
-
     ti, dag_run = context["ti"], context["dag_run"]
-    date = dag_run.logical_date or dag_run.run_after
-    dag_run_id = _dag_run_id(ti.dag_id, dag_run)
-    run_id = OpenLineageAdapter.build_task_instance_run_id(
-        dag_id=ti.dag_id, task_id=ti.task_id, try_number=ti.try_number, logical_date=date,
-        map_index=ti.map_index)
+    dag_run_id, run_id = run_ids(ti.dag_id, dag_run.logical_date or dag_run.run_after,
+                                 getattr(dag_run, "clear_number", 0),
+                                 (ti.task_id, ti.try_number, ti.map_index))
     return TaskIdentity(
         namespace=namespace, job_name=f"{ti.dag_id}.{ti.task_id}", run_id=str(run_id),
-        dag_id=ti.dag_id, dag_run_id=str(dag_run_id),
+        dag_id=ti.dag_id, dag_run_id=dag_run_id,
         engine_task_id=str(getattr(ti, "id", None) or f"{ti.dag_id}/{ti.run_id}/{ti.task_id}"),
         attempt=ti.try_number, secrets=_secrets(context),
     )
