@@ -104,7 +104,9 @@ def process_start(pid: int) -> int:
 def trace_mark() -> tuple[str, int] | None:
     """This process's tracer log and where its next record goes (a task beginning now
     begins there); None without the tracer."""
-    from roar_core.pipeline import tracer
+    # (`import a.b as b`, not `from a import b`: the latter runs importlib's Python code at
+    # each call, on a task's path in an Airflow task process just forked.)
+    import roar_core.pipeline.tracer as tracer
 
     shim = tracer.loaded()
     if shim is None:
@@ -129,7 +131,7 @@ def left_states(log: str, offset: int) -> dict[str, list[int] | None] | None:
     """The state (device, inode, size, mtime, ctime; None: missing) in which a task that
     has just ended in this process (its records from `offset` of `log`) left each file
     it may have written (`TaskLog.ended(left=)`).  None where its log cannot say which."""
-    from roar_core.pipeline import tracelog, tracer
+    import roar_core.pipeline.tracer as tracer  # (see trace_mark)
 
     shim = tracer.loaded()
     if shim is not None and shim.reads_written and shim.log_path() == log:
@@ -137,6 +139,8 @@ def left_states(log: str, offset: int) -> dict[str, list[int] | None] | None:
         # just forked (Airflow's), opening, copying and parsing the file here took ~0.4 ms.
         written = shim.written_since(offset)
     else:
+        from roar_core.pipeline import tracelog
+
         try:
             written = tracelog.written_since(log, offset)
         except tracelog.TraceLogError:

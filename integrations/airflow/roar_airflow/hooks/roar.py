@@ -47,11 +47,23 @@ from typing import TYPE_CHECKING, Any
 
 from roar_airflow.version_compat import BaseHook
 from roar_core.ids import host_name
+from roar_core.pipeline import tracer
+from roar_core.recording import tasklog
+from roar_core.recording.tasklog import Result, TaskLog
+
+# The tracer and the task log, light (the standard library; ctypes once the tracer is
+# asked for), are imported here, not in the functions: there `from package import module`
+# runs importlib's Python code at each call, which in a task process just forked first
+# touched ~20 pages of the worker's memory.  The recorder's side is imported where needed
+# (`import package.module as module`: no importlib code run).
+try:
+    from _sha1 import sha1 as _sha1  # CPython's own SHA-1 (see `_OWN_RUN_IDS`)
+except ImportError:  # a Python built without it
+    _sha1 = None
 
 if TYPE_CHECKING:
     from roar_core.config import Config
     from roar_core.pipeline.emission import RunRef
-    from roar_core.recording.tasklog import Result, TaskLog
 
 ENGINE = "airflow"
 # Where _BasePythonVirtualenvOperator writes the script, arguments and result it hands to
@@ -171,8 +183,6 @@ class RoarHook(BaseHook):
     def remember(self) -> None:
         """Keep this worker's mode and session for the task processes it forks (its
         warm-up, in boundary mode)."""
-        from roar_core.pipeline import tracer
-
         mode = self._mode()
         if mode[0] is Mode.BOUNDARY:
             self._warm = (os.getpid(), mode, os.environ[tracer.ENV_SESSION])
@@ -182,13 +192,9 @@ class RoarHook(BaseHook):
         warm = self._warm
         if warm is not None and warm[0] != os.getpid():
             return warm[2]
-        from roar_core.pipeline import tracer
-
         return os.environ[tracer.ENV_SESSION]
 
     def _mode(self) -> tuple[Mode, str]:
-        from roar_core.pipeline import tracer
-
         if _config().disabled:
             return Mode.DISABLED, "roar is disabled (ROAR_DISABLED)"
         if tracer.loaded() is not None and os.environ.get(tracer.ENV_SESSION):
@@ -204,8 +210,7 @@ class RoarHook(BaseHook):
     # ---- task boundaries -------------------------------------------------------------
 
     def begin(self, context: Any, mode: Mode, untraced_reason: str | None = None) -> TaskRun:
-        from roar_core.pipeline import tracer
-        from roar_core.recording import recorder, tasklog
+        import roar_core.recording.recorder as recorder
 
         cfg = _config()
         ident = task_identity(context, cfg.namespace)
@@ -234,8 +239,6 @@ class RoarHook(BaseHook):
 
     def child_env(self, run: TaskRun, base: dict[str, str] | None = None) -> dict[str, str]:
         """Environment that makes a child process of the task traced (subprocess mode)."""
-        from roar_core.pipeline import tracer
-
         if run.mode is not Mode.SUBPROCESS or run.session is None:
             return dict(os.environ if base is None else base)
         return tracer.preload_env(run.session, tag=run.run_id, base=base)
@@ -248,8 +251,6 @@ class RoarHook(BaseHook):
         work overlaps); else, and with `wait`, now."""
         left = None
         if run.mode is Mode.BOUNDARY:
-            from roar_core.pipeline import tracer
-            from roar_core.recording import tasklog
 
             tracer.loaded().end()
             if not wait and run.log_from is not None:
@@ -284,8 +285,7 @@ class RoarHook(BaseHook):
     def answer(self, run: TaskRun, timeout: float = WAIT_S) -> Result:
         """The ended task's lineage, waited for up to `timeout` if the recorder has not
         answered yet (then: a failed Result saying so; the recorder records it later)."""
-        from roar_core.recording import recorder
-        from roar_core.recording.tasklog import Result
+        import roar_core.recording.recorder as recorder
 
         if run.result is not None:
             return run.result
@@ -352,8 +352,6 @@ def rehearse(times: int = REHEARSALS) -> None:
     of the ~430 a task's begin, end and answer copied).  Nothing here tags the tracer or
     reaches a recorder: the scratch directory has none; and the tracer does not record
     it (a task process forked later must not find it in the log it inherits)."""
-    from roar_core.pipeline import tracer
-
     shim = tracer.loaded()
     if shim is None:
         return
@@ -367,8 +365,7 @@ def rehearse(times: int = REHEARSALS) -> None:
 def _rehearse(times: int) -> None:
     from types import SimpleNamespace
 
-    from roar_core.recording import recorder, tasklog
-    from roar_core.recording.tasklog import TaskLog
+    import roar_core.recording.recorder as recorder
 
     context = {
         "ti": SimpleNamespace(dag_id="roar_rehearsal", task_id="task", try_number=1,
@@ -405,7 +402,7 @@ def _rehearse(times: int) -> None:
 def provider_emits() -> bool:
     """Whether Airflow's OpenLineage provider sends the task events (else roar does)."""
     try:
-        from airflow.providers.openlineage import conf as ol_conf
+        import airflow.providers.openlineage.conf as ol_conf
     except ImportError:
         return False
     return not ol_conf.is_disabled()
@@ -413,7 +410,7 @@ def provider_emits() -> bool:
 
 def provider_wait_s() -> float:
     """How long the provider's request for a task's lineage may wait for the answer."""
-    from airflow.providers.openlineage import conf as ol_conf
+    import airflow.providers.openlineage.conf as ol_conf
 
     return min(WAIT_S, PROVIDER_WAIT_SHARE * ol_conf.execution_timeout())
 
@@ -426,7 +423,7 @@ def settings() -> Settings:
     if _SETTINGS is None:
         overrides: dict[str, Any] = {}
         if provider_emits():
-            from airflow.providers.openlineage import conf as ol_conf
+            import airflow.providers.openlineage.conf as ol_conf
 
             overrides = {"emit": False, "namespace": ol_conf.namespace()}
         dirs, globs = airflow_internal_paths()
@@ -470,8 +467,6 @@ def _task_log(directory: str | Path) -> TaskLog:
     """This process's task log in `directory` (a forked task process makes its own)."""
     global _TASKS
     if _TASKS is None or _TASKS[0] != os.getpid() or _TASKS[1] != str(directory):
-        from roar_core.recording.tasklog import TaskLog
-
         # (the recorder is started after: settings first)
         tasks = TaskLog(directory, head_with_first=True)  # (its first line: the task's begin)
         write_settings(directory, again=tasks.made_directory)
@@ -484,8 +479,6 @@ def write_settings(directory: str | Path, again: bool = False) -> None:
     (roar_airflow.plugins.roar) writes them before it forks its tasks, which then need
     not look (~0.1 ms of each task's path).  `again`: the directory was made anew."""
     if str(directory) not in _SETTINGS_WRITTEN:
-        from roar_core.pipeline import tracer
-
         shim = tracer.loaded()
         if shim is not None:
             # Airflow's files and roar's home (Airflow's database's WAL, say) are written
@@ -494,7 +487,7 @@ def write_settings(directory: str | Path, again: bool = False) -> None:
             # (`directory`, with the task log, is the tracer's session: quiet already.)
             shim.quiet([_config().home, *settings().internal])
     if again or str(directory) not in _SETTINGS_WRITTEN:
-        from roar_core.recording import recorder
+        import roar_core.recording.recorder as recorder
 
         # It makes the directory where it is missing (a mkdir each time cost ~0.1 ms).
         recorder.write_settings(directory, _config(), settings().internal,
@@ -516,7 +509,7 @@ def run_ids(dag_id: str, date: datetime, clear_number: int,
     """The provider's OpenLineage run ids of a DAG run and, given `task` (task id, try
     number, map index), of that task instance in it."""
     if _OWN_RUN_IDS:
-        from airflow.providers.openlineage import conf as ol_conf
+        import airflow.providers.openlineage.conf as ol_conf
 
         return _own_run_ids(ol_conf.namespace(), dag_id, date, clear_number, task)
     from airflow.providers.openlineage.plugins.adapter import OpenLineageAdapter as adapter
@@ -547,7 +540,7 @@ def check_run_ids() -> bool:
                ("dag.é-1", datetime(2024, 2, 29, 23, 59, 59, 999999,
                                     tzinfo=timezone(timedelta(hours=-5))), 3, ("t.x", 4, 17))]
     try:
-        from airflow.providers.openlineage import conf as ol_conf
+        import airflow.providers.openlineage.conf as ol_conf
 
         ours = [_own_run_ids(ol_conf.namespace(), *x) for x in samples]
         _OWN_RUN_IDS = ours == [run_ids(*x) for x in samples]
@@ -572,10 +565,8 @@ def _static_uuid(instant: datetime, data: str) -> str:
     """openlineage.client.uuid.generate_static_uuid(instant, data.encode()), as a string:
     a UUIDv7 of the instant's milliseconds whose other bits are SHA-1's of the instant
     and the data."""
-    from _sha1 import sha1
-
     utc = instant.astimezone(timezone.utc)
-    node = int.from_bytes(sha1((utc.isoformat() + data).encode()).digest()[:10], "big") >> 4
+    node = int.from_bytes(_sha1((utc.isoformat() + data).encode()).digest()[:10], "big") >> 4
     n = (int(utc.timestamp() * 1000) & 0xFFFF_FFFF_FFFF) << 80 | node
     n = (n & ~(0xF000 << 64) | 7 << 76) & ~(0xC000 << 48) | 0x8000 << 48  # version, variant
     h = f"{n:032x}"
@@ -644,7 +635,7 @@ def airflow_internal_paths() -> tuple[list[str], list[str]]:
             dirs.append(os.path.abspath(value))
     globs = [os.path.join(tempfile.gettempdir(), SUBPROCESS_PLUMBING + "*", "*")]
     try:
-        from airflow.providers.openlineage import conf as ol_conf
+        import airflow.providers.openlineage.conf as ol_conf
     except ImportError:
         return dirs, globs
     transport = ol_conf.transport()
