@@ -406,6 +406,9 @@ class TaskLog:
         if results:
             head["results"] = 1
         self._head: bytes | None = None
+        # Whether a recorder listened when this log last woke it (`ended` with `wait`):
+        # nobody holds the directory's wake-up FIFO but its recorder.
+        self.heard = False
         if head_with_first:
             self._head = _line(head)
         else:
@@ -496,7 +499,7 @@ class TaskLog:
         if self._wake or wait:
             # An early answer's wake names this log: the recorder answers from it first,
             # before the rest of its pass (every other log read, ended tasks stored).
-            poke(f"{self._dir}/{WAKE}", self.name if early else "")
+            self.heard = poke(f"{self._dir}/{WAKE}", self.name if early else "")
         return fd
 
     def closed(self, wait: bool = False) -> int | None:

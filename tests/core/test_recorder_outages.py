@@ -526,6 +526,33 @@ def test_a_change_of_settings_leaves_no_sender_unreaped(tmp_path: Path) -> None:
                     ("elsewhere", "again", "START"), ("elsewhere", "again", "COMPLETE")]
 
 
+def test_only_the_recorder_holds_its_wake_up_fifo(tmp_path: Path) -> None:
+    # A producer that can wake the directory's recorder takes it as listening (an Airflow
+    # task's end starts one only when that fails): the recorder's sender, a child that may
+    # outlive it, must not hold the FIFO open.
+    cli, cfg = left_pending(tmp_path)
+    rec = subprocess.Popen([sys.executable, "-c", RECORDER, str(cfg.sessions_dir)],
+                           cwd=cli.cwd, env=cli.env, stderr=subprocess.PIPE)
+    wake = os.path.join(cfg.sessions_dir, tasklog.WAKE)
+
+    def holds(pid: int) -> bool:
+        fds = Path(f"/proc/{pid}/fd")
+        return any(os.path.realpath(fd) == wake for fd in fds.iterdir())
+
+    try:
+        _until(lambda: runner.pending(cfg) == [])
+        (sender,) = _until(lambda: list(_children(rec.pid)))
+        assert holds(rec.pid)
+        assert not holds(sender)
+        assert tasklog.poke(wake)
+        os.kill(rec.pid, 9)
+        rec.wait(30)
+        assert not tasklog.poke(wake), "something still listens with the recorder gone"
+    finally:
+        rec.kill()
+        rec.communicate(timeout=30)
+
+
 def test_the_recorder_checkpoints_its_store_once_idle(tmp_path: Path) -> None:
     # Its commits leave the write-ahead log as it is (`Store.open(idle_checkpoints=True)`):
     # the recorder itself copies it into the database once a pass finds nothing to do,

@@ -257,6 +257,58 @@ def test_run_ids_made_here_are_the_providers(airflow_home: AirflowHome,
     assert out.stdout.strip().endswith("checked"), out.stdout[-2000:] + out.stderr[-3000:]
 
 
+def test_a_task_in_place_starts_the_recorder_at_its_end_if_none_listens(
+        airflow_home: AirflowHome, tmp_path: Path) -> None:
+    """In boundary mode a task's begin does not look for the recorder: its end, which
+    wakes it anyway, starts one if none listened (none yet, one dead, one gone idle), and
+    the task gets its lineage.  Twice: a fresh session, then after its recorder's death."""
+    task = textwrap.dedent("""
+        import os, signal, sys, time
+        from datetime import datetime, timezone
+        from types import SimpleNamespace
+        from roar_airflow.hooks.roar import RoarHook
+        from roar_core.recording import recorder
+
+        data = sys.argv[1]
+        hook = RoarHook()
+        for i in range(2):
+            ti = SimpleNamespace(dag_id="late", task_id=f"t{i}", try_number=1, map_index=-1,
+                                 id=f"0190b6e0-0000-7000-8000-00000000000{i}")
+            dag_run = SimpleNamespace(dag_id="late", run_after=None, clear_number=0,
+                                      logical_date=datetime(2024, 1, 1, tzinfo=timezone.utc))
+            mode, _ = hook.mode()
+            run = hook.begin({"ti": ti, "dag_run": dag_run, "params": {}}, mode)
+            time.sleep(1)  # (time enough for one started as it began to take its lock)
+            begun = recorder.running(run.directory)
+            out = os.path.join(data, f"out{i}.txt")
+            with open(out, "w") as f:
+                f.write(str(i))
+            hook.end(run, "COMPLETE", wait=False)
+            result = hook.answer(run, timeout=60)
+            print("said:", mode.value, begun, recorder.running(run.directory),
+                  result.ok and [d.name for d in result.outputs] == [out])
+            lock = os.path.join(run.directory, recorder.LOCK)
+            for pid in filter(str.isdigit, os.listdir("/proc")):  # the recorder: killed
+                try:
+                    fds = os.listdir(f"/proc/{pid}/fd")
+                    if any(os.path.realpath(f"/proc/{pid}/fd/{fd}") == lock for fd in fds):
+                        os.kill(int(pid), signal.SIGKILL)
+                except OSError:
+                    pass
+            while recorder.running(run.directory):
+                time.sleep(0.01)
+    """)
+    env = preloaded(airflow_home.env(tmp_path))
+    data = env["ROAR_TEST_AIRFLOW_DATA"]
+    try:
+        out = subprocess.run([sys.executable, "-c", task, data], env=env, capture_output=True,
+                             text=True, cwd=tmp_path, timeout=180)
+    finally:
+        stop_recorder_services(tmp_path)
+    lines = [x[len("said: "):] for x in out.stdout.splitlines() if x.startswith("said: ")]
+    assert lines == ["boundary False True True"] * 2, out.stdout[-3000:] + out.stderr[-3000:]
+
+
 def test_roar_takes_the_answer_in_the_task_process_before_the_provider_asks(
         airflow_home: AirflowHome, tmp_path: Path) -> None:
     """At Airflow's end of a task, roar's listener is called before the OpenLineage

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import atexit
 import enum
-import fcntl
 import glob
 import os
 import select
@@ -210,8 +209,6 @@ class RoarHook(BaseHook):
     # ---- task boundaries -------------------------------------------------------------
 
     def begin(self, context: Any, mode: Mode, untraced_reason: str | None = None) -> TaskRun:
-        import roar_core.recording.recorder as recorder
-
         cfg = _config()
         ident = task_identity(context, cfg.namespace)
         if mode is Mode.BOUNDARY:
@@ -228,10 +225,10 @@ class RoarHook(BaseHook):
             run.session.mkdir()
             own = ident.run_id
         tasks.begun(begin_meta(ident, mode, untraced_reason), own_dir=own)
-        try:
-            recorder.ensure(directory)
-        except OSError as e:  # recorded at the task's end, in this process
-            self.log.warning("roar: cannot start the recorder process: %s", e)
+        if mode is not Mode.BOUNDARY:
+            # (In boundary mode, where the task's path is short, its end finds out whether
+            # a recorder listens, which it must wake anyway: `end`.)
+            self._ensure_recorder(directory)
         if mode is Mode.BOUNDARY:
             run.log_from = tasklog.trace_mark()
             tracer.loaded().begin(ident.run_id)
@@ -251,7 +248,6 @@ class RoarHook(BaseHook):
         work overlaps); else, and with `wait`, now."""
         left = None
         if run.mode is Mode.BOUNDARY:
-
             tracer.loaded().end()
             if not wait and run.log_from is not None:
                 left = tasklog.left_states(*run.log_from)
@@ -260,6 +256,10 @@ class RoarHook(BaseHook):
         # Early: the provider needs the lineage, not the store's commit of it.
         run.answer_fd = tasks.ended(run.run_id, status, error=error, wait=True, early=True,
                                     left=left)
+        if not tasks.heard:
+            # No recorder listened (none started yet, it died, it left when idle): one now,
+            # which finds the task in its log.
+            self._ensure_recorder(run.directory)
         if left is None:
             # The recorder must take the versions before Airflow hears of the task's end
             # (and may start a task that rewrites them): the task waits for them now.
@@ -267,6 +267,14 @@ class RoarHook(BaseHook):
         else:
             _unanswered(run)
         return run
+
+    def _ensure_recorder(self, directory: str) -> None:
+        import roar_core.recording.recorder as recorder
+
+        try:
+            recorder.ensure(directory)
+        except OSError as e:  # recorded at the task's end, in this process
+            self.log.warning("roar: cannot start the recorder process: %s", e)
 
     def take_answer(self, run: TaskRun) -> bool:
         """The ended task's lineage if the recorder has answered already (never waits):
@@ -365,8 +373,6 @@ def rehearse(times: int = REHEARSALS) -> None:
 def _rehearse(times: int) -> None:
     from types import SimpleNamespace
 
-    import roar_core.recording.recorder as recorder
-
     context = {
         "ti": SimpleNamespace(dag_id="roar_rehearsal", task_id="task", try_number=1,
                               map_index=-1, id="roar-rehearsal"),
@@ -379,23 +385,19 @@ def _rehearse(times: int) -> None:
     hook.remember()
     check_run_ids()
     scratch = tempfile.mkdtemp(prefix="roar-rehearsal-")
-    held = os.open(os.path.join(scratch, recorder.LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
-                   0o600)
     try:
-        fcntl.flock(held, fcntl.LOCK_EX)  # as a running recorder holds its directory's
         for _ in range(times):
             hook.mode()
             ident = task_identity(context, namespace)
-            tasks = TaskLog(scratch)
+            tasks = TaskLog(scratch, head_with_first=True)
             tasks.begun(begin_meta(ident, Mode.BOUNDARY, None))
-            recorder.running(scratch)
             mark = tasklog.trace_mark()
             left = tasklog.left_states(*mark) if mark is not None else None
+            # (no recorder listens here: nothing is recorded, none is started)
             fd = tasks.ended(ident.run_id, "COMPLETE", wait=True, early=True, left=left)
             tasks.wait_for(ident.run_id, fd, 0)
             tasks.close()
     finally:
-        os.close(held)
         shutil.rmtree(scratch, ignore_errors=True)
 
 
