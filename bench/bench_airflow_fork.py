@@ -10,10 +10,11 @@ are most of the time.  Two workers, each with Airflow and roar imported, the tra
 preloaded and its own session and recorder, as `eval "$(roar-core env airflow)"` starts a
 scheduler; the plugin's warm-up (settings, imports) in both, and its rehearsal of a task's
 begin and end (roar_airflow.hooks.roar.rehearse) in one.  Each forks --tasks task
-processes in turn, which mark a made-up task's begin, write a file, end it as a traced
-task does (its left states), wait for the recorder's answer and take it as roar's
-listener does.  Page copies (minor faults) and ms, median per step; the worker's first
-task, which starts the recorder, left out.  The same process runs both workers, one after
+processes in turn, which do what RoarOperatorMixin does and times: take the process's
+hook and the mode and mark a made-up task's begin; write a file; end it as a traced task
+does (its left states); wait for the recorder's answer and take it as roar's listener
+does.  Page copies (minor faults) and ms, median per step; the worker's first task, which
+starts the recorder, left out.  The same process runs both workers, one after
 the other: compare within a run.
 """
 
