@@ -188,6 +188,12 @@ def test_task_processes_traced_in_place(deployment: Deployment, produced) -> Non
     assert out["facets"]["version"]["datasetVersion"] == f"blake3:{digest}"
     dag_run = [e for e in events if e["job"]["name"] == PRODUCER][0]["run"]["runId"]
     assert complete["run"]["facets"]["parent"]["run"]["runId"] == dag_run
+    # roar stored the task under the provider's run id (made in the task process itself)
+    from roar_core.pipeline.store import Store
+
+    with Store.open(home=deployment.work / "roar") as store:
+        stored = store.task_run(complete["run"]["runId"])
+    assert stored is not None and stored.job_name == f"{PRODUCER}.produce"
     (cons,) = [e for e in events
                if e["job"]["name"] == f"{CONSUMER}.consume" and e["eventType"] == "COMPLETE"]
     assert [d["name"] for d in cons["outputs"]] == [str(data / "consumed.json")]
