@@ -298,15 +298,24 @@ def test_a_task_in_place_starts_the_recorder_at_its_end_if_none_listens(
             while recorder.running(run.directory):
                 time.sleep(0.01)
     """)
+    lines, out, _ = _run_preloaded(airflow_home, tmp_path, task, timeout=180)
+    assert lines == ["boundary False True True"] * 2, out.stdout[-3000:] + out.stderr[-3000:]
+
+
+def _run_preloaded(airflow_home: AirflowHome, tmp_path: Path, script: str, timeout: float
+                   ) -> tuple[list[str], subprocess.CompletedProcess, str]:
+    """Run `script` (its argument: the data directory) in a process traced as a worker
+    started by `roar-core exec` is; its lines "said: ..." (the prefix cut), the process,
+    and the data directory."""
     env = preloaded(airflow_home.env(tmp_path))
     data = env["ROAR_TEST_AIRFLOW_DATA"]
     try:
-        out = subprocess.run([sys.executable, "-c", task, data], env=env, capture_output=True,
-                             text=True, cwd=tmp_path, timeout=180)
+        out = subprocess.run([sys.executable, "-c", script, data], env=env,
+                             capture_output=True, text=True, cwd=tmp_path, timeout=timeout)
     finally:
         stop_recorder_services(tmp_path)
     lines = [x[len("said: "):] for x in out.stdout.splitlines() if x.startswith("said: ")]
-    assert lines == ["boundary False True True"] * 2, out.stdout[-3000:] + out.stderr[-3000:]
+    return lines, out, data
 
 
 def test_roar_takes_the_answer_in_the_task_process_before_the_provider_asks(
@@ -374,14 +383,7 @@ def test_roar_takes_the_answer_in_the_task_process_before_the_provider_asks(
                                           task_instance=SimpleNamespace(task=late))
         print("said:", late._roar_run.result is None, late._roar_run.answer_fd == fd)
     """)
-    env = preloaded(airflow_home.env(tmp_path))
-    data = env["ROAR_TEST_AIRFLOW_DATA"]
-    try:
-        out = subprocess.run([sys.executable, "-c", task, data], env=env, capture_output=True,
-                             text=True, cwd=tmp_path, timeout=120)
-    finally:
-        stop_recorder_services(tmp_path)
-    lines = [x[len("said: "):] for x in out.stdout.splitlines() if x.startswith("said: ")]
+    lines, out, data = _run_preloaded(airflow_home, tmp_path, task, timeout=120)
     assert len(lines) == 4, out.stdout[-3000:] + out.stderr[-3000:]
     written = str(Path(data) / "answer.txt")
     assert lines[-4] == "boundary True True"  # ended: the answer not taken yet
