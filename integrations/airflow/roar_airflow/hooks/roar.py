@@ -382,8 +382,6 @@ def _rehearse(times: int) -> None:
     }
     namespace = _config().namespace
     hook = shared_hook()
-    hook.remember()
-    check_run_ids()
     scratch = tempfile.mkdtemp(prefix="roar-rehearsal-")
     try:
         for _ in range(times):

@@ -37,11 +37,20 @@ def warm() -> bool:
         import roar_core.recording.recorder  # noqa: F401
         import roar_core.recording.tasklog  # noqa: F401
         from roar_airflow.decorators import roar  # noqa: F401  (operators, hook)
-        from roar_airflow.hooks.roar import _config, rehearse, settings, write_settings
+        from roar_airflow.hooks.roar import (
+            _config,
+            check_run_ids,
+            rehearse,
+            settings,
+            shared_hook,
+            write_settings,
+        )
 
         settings()  # plain data: the same for every task this worker forks
         _config()
         write_settings(os.environ["ROAR_SESSION_DIR"])  # as the tasks name it
+        shared_hook().remember()  # the mode and session its task processes take as theirs
+        check_run_ids()  # their run ids made in them, where ours are the provider's
         rehearse()  # the task path's code run here, not first in every task (its docstring)
         roar_core.pipeline.emission.producer()  # reads package metadata: ~10 ms the first time
     except Exception:  # a warm-up must never break the scheduler
