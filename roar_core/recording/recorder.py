@@ -389,7 +389,7 @@ def main(argv: list[str]) -> int:
                      0o644)
     next_mark = 0.0
     total = 0
-    sender = Sender(roar.spool, directory, lock, wake) if roar.spool is not None else None
+    sender = Sender(roar.spool, directory, lock, fifo_fd=wake) if roar.spool is not None else None
     idle_exit_s = float(settings.get("idle_exit_s") or IDLE_EXIT_S)
     recorded_at = checkpointed = time.monotonic()
     settings_path = os.path.join(directory, SETTINGS)
@@ -413,7 +413,7 @@ def main(argv: list[str]) -> int:
                 roar.close(timeout=0)
                 settings_id = _file_id(settings_path)
                 roar = follower.roar = open_roar(directory)
-                sender = (Sender(roar.spool, directory, lock, wake)
+                sender = (Sender(roar.spool, directory, lock, fifo_fd=wake)
                           if roar.spool is not None else None)
                 follower.forget_rows()
             reap_senders()
@@ -496,14 +496,14 @@ class Sender:
     every SQLite call and file write; another process costs neither.  Its end of file
     (the recorder exiting, or killed) makes it try once more what is left, and exit."""
 
-    def __init__(self, spool: Any, directory: str, lock_fd: int, wake_fd: int = -1) -> None:
+    def __init__(self, spool: Any, directory: str, lock_fd: int, fifo_fd: int = -1) -> None:
         self.spool = spool
         self.directory = directory
         self._lock_fd = lock_fd  # the directory's lock: the recorder's alone, not the child's
-        # The recorder's wake-up FIFO, also its own: a producer that can poke it takes that
-        # as a recorder listening (an Airflow task's end), which a sender outliving its
-        # recorder must not fake.
-        self._wake_fifo = wake_fd
+        # The recorder's own wake-up FIFO (not `_wake_fd`, the pipe that wakes the child): a
+        # producer that can poke it takes that as a recorder listening (an Airflow task's
+        # end), which a sender outliving its recorder must not fake.
+        self._recorder_fifo = fifo_fd
         self._pid = 0
         self._wake_fd = -1
         self._woken_at: tuple[Any, int] | None = None
@@ -561,8 +561,8 @@ class Sender:
                 set_title("roar_core.recording.recorder-sender", self.directory)
                 os.close(w)
                 os.close(self._lock_fd)
-                if self._wake_fifo >= 0:
-                    os.close(self._wake_fifo)
+                if self._recorder_fifo >= 0:
+                    os.close(self._recorder_fifo)
                 os.setpriority(os.PRIO_PROCESS, 0, 19)  # after the recorder's own work
                 _send_until_closed(self.spool, r)
             finally:

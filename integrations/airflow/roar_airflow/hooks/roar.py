@@ -543,9 +543,9 @@ def check_run_ids() -> bool:
         import airflow.providers.openlineage.conf as ol_conf
 
         ours = [_own_run_ids(ol_conf.namespace(), *x) for x in samples]
-        _OWN_RUN_IDS = ours == [run_ids(*x) for x in samples]
-    except Exception:  # (no _sha1 in this Python, a provider that changed): the provider's
-        _OWN_RUN_IDS = False
+        _OWN_RUN_IDS = ours == [run_ids(*x) for x in samples]  # (those: the provider's)
+    except Exception:  # (no _sha1 in this Python, a provider that changed): still False
+        pass
     return _OWN_RUN_IDS
 
 
